@@ -1,0 +1,1 @@
+"""Dagster resources: the Spark + Delta session and the table locations."""

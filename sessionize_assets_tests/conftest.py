@@ -1,0 +1,27 @@
+"""Shared fixtures: one real Spark session per test process, temporary homes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The process's one Spark session (local[2], Delta enabled, UTC)."""
+    from sessionize_assets.resources.spark import get_spark
+
+    session = get_spark({"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"})
+    yield session
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """An empty sessionize home folder."""
+    path = tmp_path / "home"
+    path.mkdir()
+    return path
