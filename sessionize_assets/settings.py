@@ -29,17 +29,19 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 class AttributeDefinition:
     """An attribute added by configuration (SPEC section 5)."""
 
+    @property
+    def period_days(self) -> int | None:
+        """N for `last_<N>_days`, None for `lifetime`."""
+        match = _PERIOD.match(self.period)
+        assert match is not None
+        return int(match.group(2)) if match.group(2) else None
+
+    # Defined after the method above: the field name `property` shadows the builtin in this body.
     name: str
     aggregation: str
     property: str | None = None
     event_names: tuple[str, ...] = ()
     period: str = "lifetime"
-
-    @property
-    def period_days(self) -> int | None:
-        match = _PERIOD.match(self.period)
-        assert match is not None
-        return int(match.group(2)) if match.group(2) else None
 
 
 @dataclass(frozen=True)
