@@ -1,0 +1,173 @@
+"""Raw rows -> canonical, typed, validated rows (DataFrame -> DataFrame), with a reason per bad row."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from sessionize_assets.core.schema import (
+    LOAD_DATE,
+    REQUIRED_COLUMNS,
+    ROW_HASH,
+    TIMESTAMP_COLUMNS,
+)
+
+REASON = "_invalid_reason"
+CORRUPT = "_corrupt_record"
+
+# Formats tried in order for timestamp strings without a zone (taken as UTC) and with one.
+_TIMESTAMP_FORMATS = (
+    "yyyy-MM-dd HH:mm:ss.SSSSSS",
+    "yyyy-MM-dd HH:mm:ss.SSS",
+    "yyyy-MM-dd HH:mm:ss",
+    "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
+    "yyyy-MM-dd'T'HH:mm:ss.SSSXXX",
+    "yyyy-MM-dd'T'HH:mm:ssXXX",
+    "yyyy-MM-dd'T'HH:mm:ss.SSSSSS",
+    "yyyy-MM-dd'T'HH:mm:ss.SSS",
+    "yyyy-MM-dd'T'HH:mm:ss",
+)
+
+
+def apply_column_mapping(df: DataFrame, mapping: Mapping[str, str]) -> DataFrame:
+    """Rename input columns to canonical ones (`column_mapping` setting); unknown columns are kept.
+
+    A mapped column that would collide with an existing canonical column replaces it.
+    """
+    for source, target in mapping.items():
+        if source in df.columns and source != target:
+            if target in df.columns:
+                df = df.drop(target)
+            df = df.withColumnRenamed(source, target)
+    return df
+
+
+def parse_timestamp(column: Column) -> Column:
+    """A timestamp string (no zone = UTC) or timestamp -> TimestampType; null when unparseable."""
+    text = F.trim(column.cast("string"))
+    candidates = [F.try_to_timestamp(text, F.lit(fmt)) for fmt in _TIMESTAMP_FORMATS]
+    return F.coalesce(*candidates)
+
+
+def canonicalize(df: DataFrame) -> DataFrame:
+    """Add the required columns that are missing (null) and type the canonical ones.
+
+    Canonical non-timestamp columns become strings; timestamp columns keep their raw text in
+    `_raw_<name>` until validation decides, then are dropped.
+    """
+    for name in REQUIRED_COLUMNS:
+        if name not in df.columns:
+            df = df.withColumn(name, F.lit(None).cast("string"))
+    for name in TIMESTAMP_COLUMNS:
+        if name not in df.columns:
+            df = df.withColumn(name, F.lit(None).cast("timestamp"))
+    types = dict(df.dtypes)
+    for name in REQUIRED_COLUMNS:
+        if name not in TIMESTAMP_COLUMNS and types.get(name) != "string":
+            df = df.withColumn(name, F.col(name).cast("string"))
+    for name in TIMESTAMP_COLUMNS:
+        raw = F.col(name)
+        if types.get(name) == "timestamp":
+            df = df.withColumn(f"_raw_{name}", raw.cast("string"))
+            continue
+        blank = raw.isNull() | (F.trim(raw.cast("string")) == "")
+        df = df.withColumn(f"_raw_{name}", F.when(blank, F.lit(None)).otherwise(raw.cast("string")))
+        df = df.withColumn(name, F.when(blank, F.lit(None)).otherwise(parse_timestamp(raw)))
+    return df
+
+
+def fill_load_tstamp(
+    df: DataFrame,
+    load_tstamp: dt.datetime | None,
+    load_tstamp_from: str | None,
+    now: dt.datetime,
+) -> DataFrame:
+    """A missing `load_tstamp` comes from `--load-tstamp`, else the named column, else now."""
+    if load_tstamp is not None:
+        fallback = F.lit(load_tstamp.astimezone(dt.UTC).replace(tzinfo=None)).cast("timestamp")
+    elif load_tstamp_from is not None:
+        fallback = parse_timestamp(F.col(load_tstamp_from))
+    else:
+        fallback = F.lit(now.astimezone(dt.UTC).replace(tzinfo=None)).cast("timestamp")
+    filled = F.coalesce(F.col("load_tstamp"), fallback)
+    # A row whose own load_tstamp failed to parse stays invalid (its raw text is kept).
+    return df.withColumn(
+        "load_tstamp",
+        F.when(F.col("_raw_load_tstamp").isNotNull() & F.col("load_tstamp").isNull(), F.lit(None))
+        .otherwise(filled),
+    ).withColumn(
+        "_raw_load_tstamp",
+        F.when(F.col("load_tstamp").isNotNull(), F.lit(None)).otherwise(F.col("_raw_load_tstamp")),
+    )
+
+
+def classify(df: DataFrame, max_clock_skew_minutes: int) -> DataFrame:
+    """Apply fall-backs and add `_invalid_reason` (null for usable rows).
+
+    Reasons, first that applies: the reader's own (wrong number of fields, invalid JSON), missing
+    event_id, unparseable timestamp (naming the column), missing event time, missing load time,
+    event time more than `max_clock_skew_minutes` after its load time.
+    """
+    df = df.withColumn("derived_tstamp", F.coalesce("derived_tstamp", "collector_tstamp"))
+    for name in ("dvce_created_tstamp", "dvce_sent_tstamp"):
+        df = df.withColumn(name, F.coalesce(name, "collector_tstamp"))
+    unparseable = [
+        F.when(F.col(f"_raw_{name}").isNotNull() & F.col(name).isNull(), F.lit(f"unparseable timestamp in {name}"))
+        for name in TIMESTAMP_COLUMNS
+    ]
+    reader_reason = F.col(REASON) if REASON in df.columns else F.lit(None).cast("string")
+    skew = F.expr(f"INTERVAL {int(max_clock_skew_minutes)} MINUTES")
+    reason = F.coalesce(
+        reader_reason,
+        F.when(F.col("event_id").isNull() | (F.trim("event_id") == ""), F.lit("missing event_id")),
+        *unparseable,
+        F.when(F.col("derived_tstamp").isNull(), F.lit("missing event time (derived_tstamp and collector_tstamp)")),
+        F.when(F.col("load_tstamp").isNull(), F.lit("missing load_tstamp")),
+        F.when(
+            F.col("derived_tstamp") > F.col("load_tstamp") + skew,
+            F.lit(f"event time more than {max_clock_skew_minutes} minutes after its load time"),
+        ),
+    )
+    return df.withColumn(REASON, reason)
+
+
+def row_hash(columns: Sequence[str]) -> Column:
+    """A stable hash of a row's values (the last tie-break of deduplication)."""
+    parts = [F.coalesce(F.col(c).cast("string"), F.lit("\u0000")) for c in sorted(columns)]
+    return F.sha2(F.concat_ws("\u0001", *parts), 256)
+
+
+def finish_valid(df: DataFrame, data_columns: Sequence[str]) -> DataFrame:
+    """Usable rows: lineage columns added, helper columns dropped."""
+    helpers = [c for c in df.columns if c.startswith("_raw_") or c in (REASON, CORRUPT)]
+    return (
+        df.where(F.col(REASON).isNull())
+        .withColumn(ROW_HASH, row_hash(data_columns))
+        .withColumn(LOAD_DATE, F.to_date("load_tstamp"))
+        .drop(*helpers)
+    )
+
+
+def invalid_rows(df: DataFrame, raw: Column) -> DataFrame:
+    """Unusable rows as `invalid_events` rows: load day, reason and raw text."""
+    return df.where(F.col(REASON).isNotNull()).select(
+        F.coalesce(F.to_date("load_tstamp"), F.col("_fallback_load_date")).alias(LOAD_DATE),
+        F.col(REASON).alias("reason"),
+        raw.alias("raw"),
+    )
+
+
+INVALID_EVENTS_SCHEMA = T.StructType(
+    [
+        T.StructField(LOAD_DATE, T.DateType()),
+        T.StructField("reason", T.StringType()),
+        T.StructField("raw", T.StringType()),
+        T.StructField("_source_file", T.StringType()),
+        T.StructField("_load_id", T.StringType()),
+        T.StructField("recorded_at", T.TimestampType()),
+    ]
+)

@@ -1,0 +1,84 @@
+"""Which load days of `events` changed: read from the Delta log with delta-rs (no Spark).
+
+A load day's fingerprint is a hash of the data files of its partition. Any writer that appends to,
+rewrites or deletes from a load day changes it, so comparing fingerprints with the ones the last
+`filtered_events` materialization consumed tells which load days are pending -- from the lake, not
+from a sensor cursor.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections import defaultdict
+
+from sessionize_assets.core.schema import LOAD_DATE
+
+
+def _add_actions(path: str, version: int | None = None):
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = DeltaTable(path, version=version) if version is not None else DeltaTable(path)
+    except TableNotFoundError:
+        return None, None
+    actions = table.get_add_actions(flatten=True)
+    columns = actions.schema.names
+    paths = actions.column("path").to_pylist() if "path" in columns else []
+    key = f"partition.{LOAD_DATE}"
+    days = actions.column(key).to_pylist() if key in columns else [None] * len(paths)
+    counts = actions.column("num_records").to_pylist() if "num_records" in columns else [None] * len(paths)
+    return table.version(), list(zip(paths, days, counts, strict=True))
+
+
+def events_fingerprints(events_path: str) -> tuple[int | None, dict[dt.date, str]]:
+    """(table version, {load day: fingerprint of its files}); (None, {}) when the table is absent."""
+    version, actions = _add_actions(events_path)
+    if actions is None:
+        return None, {}
+    files: dict[dt.date, list[str]] = defaultdict(list)
+    for path, day, _ in actions:
+        if day is not None:
+            files[_as_date(day)].append(path)
+    return version, {day: _fingerprint(paths) for day, paths in files.items()}
+
+
+def events_rows_per_load_day(events_path: str) -> dict[dt.date, int]:
+    """Rows per load day from the file statistics in the Delta log (no data read)."""
+    _, actions = _add_actions(events_path)
+    rows: dict[dt.date, int] = defaultdict(int)
+    for _, day, count in actions or []:
+        if day is not None and count is not None:
+            rows[_as_date(day)] += count
+    return dict(rows)
+
+
+def changed_load_days(
+    current: dict[dt.date, str], consumed: dict[dt.date, str]
+) -> list[dt.date]:
+    """Load days whose files differ from what was consumed (new, changed or emptied), ascending."""
+    days = {d for d, fp in current.items() if consumed.get(d) != fp}
+    days |= {d for d in consumed if d not in current and consumed[d] != EMPTY_FINGERPRINT}
+    return sorted(days)
+
+
+EMPTY_FINGERPRINT = "empty"
+
+
+def _fingerprint(paths: list[str]) -> str:
+    if not paths:
+        return EMPTY_FINGERPRINT
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        digest.update(path.encode())
+        digest.update(b"\n")
+    return digest.hexdigest()[:32]
+
+
+def _as_date(value) -> dt.date:  # noqa: ANN001 - arrow gives date or str
+    if isinstance(value, dt.datetime):
+        return value.date()
+    if isinstance(value, dt.date):
+        return value
+    return dt.date.fromisoformat(str(value))
