@@ -28,7 +28,11 @@ def _add_actions(path: str, version: int | None = None):
     paths = actions.column("path").to_pylist() if "path" in columns else []
     key = f"partition.{LOAD_DATE}"
     days = actions.column(key).to_pylist() if key in columns else [None] * len(paths)
-    counts = actions.column("num_records").to_pylist() if "num_records" in columns else [None] * len(paths)
+    counts = (
+        actions.column("num_records").to_pylist()
+        if "num_records" in columns
+        else [None] * len(paths)
+    )
     return table.version(), list(zip(paths, days, counts, strict=True))
 
 
@@ -54,9 +58,7 @@ def events_rows_per_load_day(events_path: str) -> dict[dt.date, int]:
     return dict(rows)
 
 
-def changed_load_days(
-    current: dict[dt.date, str], consumed: dict[dt.date, str]
-) -> list[dt.date]:
+def changed_load_days(current: dict[dt.date, str], consumed: dict[dt.date, str]) -> list[dt.date]:
     """Load days whose files differ from what was consumed (new, changed or emptied), ascending."""
     days = {d for d, fp in current.items() if consumed.get(d) != fp}
     days |= {d for d in consumed if d not in current and consumed[d] != EMPTY_FINGERPRINT}
@@ -82,3 +84,27 @@ def _as_date(value) -> dt.date:  # noqa: ANN001 - arrow gives date or str
     if isinstance(value, dt.date):
         return value
     return dt.date.fromisoformat(str(value))
+
+
+def consumed_fingerprints(accounting_path: str) -> dict[dt.date, str]:
+    """{load day: events fingerprint} that each filtered_events materialization consumed.
+
+    Read from `filtered_events_accounting` (columns `load_date`, `events_fingerprint`) with delta-rs.
+    """
+    from sessionize_assets.resources.tables import read_small_table
+
+    rows = read_small_table(accounting_path, [LOAD_DATE, "events_fingerprint"])
+    return {
+        _as_date(r[LOAD_DATE]): r["events_fingerprint"] for r in rows if r["events_fingerprint"]
+    }
+
+
+def pending_load_days(
+    events_path: str, accounting_path: str
+) -> tuple[int | None, dict[dt.date, str]]:
+    """(events version, {pending load day: its current fingerprint}) derived from the lake."""
+    version, current = events_fingerprints(events_path)
+    consumed = consumed_fingerprints(accounting_path)
+    return version, {
+        d: current.get(d, EMPTY_FINGERPRINT) for d in changed_load_days(current, consumed)
+    }

@@ -38,7 +38,13 @@ from sessionize_assets.resources.tables import (
 )
 from sessionize_assets.settings import Settings
 
-FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".ndjson": "json", ".parquet": "parquet"}
+FORMATS = {
+    ".csv": "csv",
+    ".json": "json",
+    ".jsonl": "json",
+    ".ndjson": "json",
+    ".parquet": "parquet",
+}
 
 LOAD_LOG_SCHEMA = T.StructType(
     [
@@ -121,9 +127,15 @@ def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in FORMATS)
+            found = sorted(
+                p
+                for p in path.rglob("*")
+                if p.is_file() and p.suffix.lower() in FORMATS and not _hidden(p.relative_to(path))
+            )
             if not found:
-                raise UserError(f"The folder {path} holds no .csv, .json, .ndjson or .parquet files.")
+                raise UserError(
+                    f"The folder {path} holds no .csv, .json, .ndjson or .parquet files."
+                )
             files.extend(found)
         elif path.is_file():
             if path.suffix.lower() not in FORMATS:
@@ -134,6 +146,22 @@ def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
         else:
             raise UserError(f"{path} does not exist.")
     return files
+
+
+def _hidden(relative: Path) -> bool:
+    """Names starting with `_` or `.` are metadata (Hadoop's convention), not data."""
+    return any(part.startswith(("_", ".")) for part in relative.parts)
+
+
+def partition_folder_day(path: Path) -> dt.date | None:
+    """The day of a `load_date=YYYY-MM-DD` folder in the path, if any (for rows without a load time)."""
+    for part in reversed(path.parts):
+        if part.startswith("load_date="):
+            try:
+                return dt.date.fromisoformat(part.split("=", 1)[1])
+            except ValueError:
+                return None
+    return None
 
 
 def file_sha256(path: Path) -> str:
@@ -166,13 +194,19 @@ def read_raw(spark: SparkSession, path: Path) -> tuple[DataFrame, list[str]]:
         header = _csv_header(path)
         schema = ", ".join(f"`{h}` STRING" for h in header) + f", `{validate.CORRUPT}` STRING"
         header_line = path.open(encoding="utf-8").readline().rstrip("\r\n")
-        lines = spark.read.text(uri).where((F.col("value") != header_line) & (F.trim("value") != ""))
+        lines = spark.read.text(uri).where(
+            (F.col("value") != header_line) & (F.trim("value") != "")
+        )
         parsed = lines.select(
             F.col("value").alias("_raw_text"),
             F.from_csv(
                 "value",
                 schema,
-                {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": validate.CORRUPT, "escape": '"'},
+                {
+                    "mode": "PERMISSIVE",
+                    "columnNameOfCorruptRecord": validate.CORRUPT,
+                    "escape": '"',
+                },
             ).alias("r"),
         ).select("_raw_text", "r.*")
         reason = F.when(
@@ -192,17 +226,25 @@ def read_raw(spark: SparkSession, path: Path) -> tuple[DataFrame, list[str]]:
         lines = spark.read.text(uri).where(F.trim("value") != "")
         parsed = lines.select(
             F.col("value").alias("_raw_text"),
-            F.from_json("value", schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": validate.CORRUPT}).alias("r"),
+            F.from_json(
+                "value",
+                schema,
+                {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": validate.CORRUPT},
+            ).alias("r"),
         ).select("_raw_text", "r.*")
         reason = F.when(
             F.try_parse_json("_raw_text").isNull() | F.col(validate.CORRUPT).isNotNull(),
             F.lit("not valid JSON"),
         )
-        return parsed.withColumn(validate.REASON, reason).drop(validate.CORRUPT), [f.name for f in fields]
+        return parsed.withColumn(validate.REASON, reason).drop(validate.CORRUPT), [
+            f.name for f in fields
+        ]
     frame = spark.read.parquet(uri)
     columns = list(frame.columns)
     raw = F.to_json(F.struct(*[F.col(c) for c in columns]))
-    return frame.withColumn("_raw_text", raw).withColumn(validate.REASON, F.lit(None).cast("string")), columns
+    return frame.withColumn("_raw_text", raw).withColumn(
+        validate.REASON, F.lit(None).cast("string")
+    ), columns
 
 
 def _check_schema(existing: T.StructType | None, incoming: T.StructType) -> None:
@@ -229,7 +271,9 @@ def _ordered_columns(columns: Iterable[str]) -> list[str]:
 
 def loaded_hashes(log_path: str) -> dict[str, str]:
     """sha256 -> source file of every file already loaded (delta-rs, no Spark)."""
-    return {r["sha256"]: r["source_file"] for r in read_small_table(log_path, ["sha256", "source_file"])}
+    return {
+        r["sha256"]: r["source_file"] for r in read_small_table(log_path, ["sha256", "source_file"])
+    }
 
 
 def load_file(
@@ -248,18 +292,31 @@ def load_file(
     raw = validate.apply_column_mapping(raw, settings.column_mapping)
     data_columns = [settings.column_mapping.get(c, c) for c in data_columns]
     if load_tstamp_from is not None and load_tstamp_from not in raw.columns:
-        raise UserError(f"--load-tstamp-from names column `{load_tstamp_from}`, which {path} does not have.")
+        raise UserError(
+            f"--load-tstamp-from names column `{load_tstamp_from}`, which {path} does not have."
+        )
+    raw = raw.withColumn("_unreadable", F.col(validate.REASON).isNotNull())
     typed = validate.canonicalize(raw)
     typed = validate.fill_load_tstamp(typed, load_tstamp, load_tstamp_from, now)
-    fallback_day = (load_tstamp or now).astimezone(dt.UTC).date()
+    # Rows without a readable load time (invalid JSON, say) are filed under the load day the
+    # file names (--load-tstamp, else a load_date= folder, else today).
+    fallback_day = (
+        load_tstamp.astimezone(dt.UTC).date()
+        if load_tstamp
+        else partition_folder_day(path) or now.astimezone(dt.UTC).date()
+    )
     typed = validate.classify(typed, settings.max_clock_skew_minutes).withColumn(
         "_fallback_load_date", F.lit(fallback_day)
     )
-    typed = typed.withColumn(SOURCE_FILE, F.lit(str(path.resolve()))).withColumn(LOAD_ID, F.lit(result.load_id))
+    typed = typed.withColumn(SOURCE_FILE, F.lit(str(path.resolve()))).withColumn(
+        LOAD_ID, F.lit(result.load_id)
+    )
     typed = typed.persist()
     try:
         counts = (
-            typed.groupBy(F.col(validate.REASON).alias("reason"), F.to_date("load_tstamp").alias("day"))
+            typed.groupBy(
+                F.col(validate.REASON).alias("reason"), F.to_date("load_tstamp").alias("day")
+            )
             .count()
             .collect()
         )
@@ -267,21 +324,41 @@ def load_file(
             result.rows_read += row["count"]
             if row["reason"] is None:
                 result.rows_kept += row["count"]
-                result.rows_by_load_day[row["day"]] = result.rows_by_load_day.get(row["day"], 0) + row["count"]
+                result.rows_by_load_day[row["day"]] = (
+                    result.rows_by_load_day.get(row["day"], 0) + row["count"]
+                )
             else:
                 result.rows_invalid += row["count"]
-                result.invalid_by_reason[row["reason"]] = result.invalid_by_reason.get(row["reason"], 0) + row["count"]
+                result.invalid_by_reason[row["reason"]] = (
+                    result.invalid_by_reason.get(row["reason"], 0) + row["count"]
+                )
 
-        all_columns = [c for c in typed.columns if not c.startswith("_raw_") and c not in (validate.REASON, "_fallback_load_date")]
-        keep = [c for c in all_columns if c not in (SOURCE_FILE, LOAD_ID)] 
-        valid = validate.finish_valid(typed.drop("_raw_text", "_fallback_load_date"), keep)
+        all_columns = [
+            c
+            for c in typed.columns
+            if not c.startswith("_raw_")
+            and c not in (validate.REASON, "_fallback_load_date", "_unreadable")
+        ]
+        keep = [c for c in all_columns if c not in (SOURCE_FILE, LOAD_ID)]
+        valid = validate.finish_valid(
+            typed.drop("_raw_text", "_fallback_load_date", "_unreadable"), keep
+        )
         valid = valid.select(*_ordered_columns(valid.columns))
         events_path = tables[EVENTS]
-        existing = spark.read.format("delta").load(events_path).schema if table_exists(spark, events_path) else None
+        existing = (
+            spark.read.format("delta").load(events_path).schema
+            if table_exists(spark, events_path)
+            else None
+        )
         _check_schema(existing, valid.schema)
         txn = {"txnAppId": f"sessionize-load-{sha256}", "txnVersion": "1"}
         if result.rows_kept:
-            writer = valid.write.format("delta").mode("append").partitionBy(LOAD_DATE).option("mergeSchema", "true")
+            writer = (
+                valid.write.format("delta")
+                .mode("append")
+                .partitionBy(LOAD_DATE)
+                .option("mergeSchema", "true")
+            )
             if existing is None:
                 writer = writer.option("delta.enableChangeDataFeed", "true")
             writer.options(**txn).save(events_path)
@@ -292,7 +369,9 @@ def load_file(
                 "raw",
                 F.lit(str(path.resolve())).alias(SOURCE_FILE),
                 F.lit(result.load_id).alias(LOAD_ID),
-                F.lit(now.astimezone(dt.UTC).replace(tzinfo=None)).cast("timestamp").alias("recorded_at"),
+                F.lit(now.astimezone(dt.UTC).replace(tzinfo=None))
+                .cast("timestamp")
+                .alias("recorded_at"),
             )
             invalid.write.format("delta").mode("append").partitionBy(LOAD_DATE).options(**txn).save(
                 tables[INVALID_EVENTS]
@@ -312,7 +391,9 @@ def load_file(
             now.astimezone(dt.UTC).replace(tzinfo=None),
         )
     ]
-    spark.createDataFrame(log_row, LOAD_LOG_SCHEMA).write.format("delta").mode("append").save(tables[LOAD_LOG])
+    spark.createDataFrame(log_row, LOAD_LOG_SCHEMA).write.format("delta").mode("append").save(
+        tables[LOAD_LOG]
+    )
     return result
 
 
@@ -335,7 +416,11 @@ def load_paths(
         sha = file_sha256(path)
         if sha in seen:
             report.files.append(
-                FileLoad(path=str(path), sha256=sha, skipped_reason=f"same content already loaded from {seen[sha]}")
+                FileLoad(
+                    path=str(path),
+                    sha256=sha,
+                    skipped_reason=f"same content already loaded from {seen[sha]}",
+                )
             )
             continue
         report.files.append(

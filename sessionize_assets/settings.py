@@ -137,7 +137,9 @@ def _attribute(index: int, value: Any) -> AttributeDefinition:
         raise _fail(f"{key}.name", f"must be a column name, got {name!r}")
     aggregation = value.get("aggregation")
     if aggregation not in AGGREGATIONS:
-        raise _fail(f"{key}.aggregation", f"must be one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
+        raise _fail(
+            f"{key}.aggregation", f"must be one of {', '.join(AGGREGATIONS)}, got {aggregation!r}"
+        )
     prop = value.get("property")
     if prop is not None and (not isinstance(prop, str) or not _NAME.match(prop)):
         raise _fail(f"{key}.property", f"must be a column name, got {prop!r}")
@@ -146,7 +148,9 @@ def _attribute(index: int, value: Any) -> AttributeDefinition:
     period = value.get("period", "lifetime")
     match = _PERIOD.match(period) if isinstance(period, str) else None
     if match is None or (match.group(2) is not None and int(match.group(2)) < 1):
-        raise _fail(f"{key}.period", f"must be `lifetime` or `last_<N>_days` with N ≥ 1, got {period!r}")
+        raise _fail(
+            f"{key}.period", f"must be `lifetime` or `last_<N>_days` with N ≥ 1, got {period!r}"
+        )
     return AttributeDefinition(
         name=name,
         aggregation=aggregation,
@@ -171,8 +175,13 @@ def from_mapping(raw: Mapping[str, Any], today: dt.date | None = None) -> Settin
             values[key] = _date(key, value)
         elif key == "backfill_limit_days":
             values[key] = _int(key, value, 1)
-        elif key in ("lookback_window_hours", "days_late_allowed", "reprocess_days",
-                     "dedupe_lookback_days", "max_clock_skew_minutes"):
+        elif key in (
+            "lookback_window_hours",
+            "days_late_allowed",
+            "reprocess_days",
+            "dedupe_lookback_days",
+            "max_clock_skew_minutes",
+        ):
             values[key] = _int(key, value, 0)
         elif key in ("max_session_days", "session_lookback_days", "session_gap_minutes"):
             values[key] = _int(key, value, 1)
@@ -212,7 +221,10 @@ def from_mapping(raw: Mapping[str, Any], today: dt.date | None = None) -> Settin
             models = _str_list(key, value, allow_empty=False)
             bad = [m for m in models if m not in KNOWN_SESSION_MODELS]
             if bad:
-                raise _fail(key, f"names unknown model {bad[0]!r} (known: {', '.join(KNOWN_SESSION_MODELS)})")
+                raise _fail(
+                    key,
+                    f"names unknown model {bad[0]!r} (known: {', '.join(KNOWN_SESSION_MODELS)})",
+                )
             values[key] = models
     settings = Settings(**values)
     today = today or dt.datetime.now(dt.UTC).date()
@@ -228,7 +240,10 @@ def to_mapping(settings: Settings) -> dict[str, Any]:
         value = getattr(settings, f.name)
         if f.name == "attributes":
             value = [
-                {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(a).items()}
+                {
+                    k: (list(v) if isinstance(v, tuple) else v)
+                    for k, v in dataclasses.asdict(a).items()
+                }
                 for a in value
             ]
         elif isinstance(value, tuple):
@@ -255,7 +270,9 @@ def settings_file(home: Path, config: str | os.PathLike | None = None) -> Path |
     if env:
         path = Path(env)
         if not path.is_file():
-            raise SettingsError(f"The settings file {path} named by $SESSIONIZE_CONFIG does not exist.")
+            raise SettingsError(
+                f"The settings file {path} named by $SESSIONIZE_CONFIG does not exist."
+            )
         return path.resolve()
     path = home / "sessionize.yaml"
     return path.resolve() if path.is_file() else None
@@ -286,7 +303,9 @@ def parse_now(value: str | None) -> dt.datetime:
     try:
         parsed = dt.datetime.fromisoformat(value)
     except ValueError:
-        raise SettingsError(f"--now must be an ISO 8601 time like 2024-03-01T12:00:00, got {value!r}.") from None
+        raise SettingsError(
+            f"--now must be an ISO 8601 time like 2024-03-01T12:00:00, got {value!r}."
+        ) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=dt.UTC)
     return parsed.astimezone(dt.UTC)

@@ -97,8 +97,9 @@ def fill_load_tstamp(
     # A row whose own load_tstamp failed to parse stays invalid (its raw text is kept).
     return df.withColumn(
         "load_tstamp",
-        F.when(F.col("_raw_load_tstamp").isNotNull() & F.col("load_tstamp").isNull(), F.lit(None))
-        .otherwise(filled),
+        F.when(
+            F.col("_raw_load_tstamp").isNotNull() & F.col("load_tstamp").isNull(), F.lit(None)
+        ).otherwise(filled),
     ).withColumn(
         "_raw_load_tstamp",
         F.when(F.col("load_tstamp").isNotNull(), F.lit(None)).otherwise(F.col("_raw_load_tstamp")),
@@ -112,27 +113,37 @@ def classify(df: DataFrame, max_clock_skew_minutes: int) -> DataFrame:
     event_id, unparseable timestamp (naming the column), missing event time, missing load time,
     event time more than `max_clock_skew_minutes` after its load time.
     """
+    # Decide unparseable values before the fall-backs fill the nulls they leave.
+    unparseable = F.coalesce(
+        *[
+            F.when(
+                F.col(f"_raw_{name}").isNotNull() & F.col(name).isNull(),
+                F.lit(f"unparseable timestamp in {name}"),
+            )
+            for name in TIMESTAMP_COLUMNS
+        ]
+    )
+    df = df.withColumn("_unparseable", unparseable)
     df = df.withColumn("derived_tstamp", F.coalesce("derived_tstamp", "collector_tstamp"))
     for name in ("dvce_created_tstamp", "dvce_sent_tstamp"):
         df = df.withColumn(name, F.coalesce(name, "collector_tstamp"))
-    unparseable = [
-        F.when(F.col(f"_raw_{name}").isNotNull() & F.col(name).isNull(), F.lit(f"unparseable timestamp in {name}"))
-        for name in TIMESTAMP_COLUMNS
-    ]
     reader_reason = F.col(REASON) if REASON in df.columns else F.lit(None).cast("string")
     skew = F.expr(f"INTERVAL {int(max_clock_skew_minutes)} MINUTES")
     reason = F.coalesce(
         reader_reason,
         F.when(F.col("event_id").isNull() | (F.trim("event_id") == ""), F.lit("missing event_id")),
-        *unparseable,
-        F.when(F.col("derived_tstamp").isNull(), F.lit("missing event time (derived_tstamp and collector_tstamp)")),
+        F.col("_unparseable"),
+        F.when(
+            F.col("derived_tstamp").isNull(),
+            F.lit("missing event time (derived_tstamp and collector_tstamp)"),
+        ),
         F.when(F.col("load_tstamp").isNull(), F.lit("missing load_tstamp")),
         F.when(
             F.col("derived_tstamp") > F.col("load_tstamp") + skew,
             F.lit(f"event time more than {max_clock_skew_minutes} minutes after its load time"),
         ),
     )
-    return df.withColumn(REASON, reason)
+    return df.withColumn(REASON, reason).drop("_unparseable")
 
 
 def row_hash(columns: Sequence[str]) -> Column:
@@ -154,8 +165,13 @@ def finish_valid(df: DataFrame, data_columns: Sequence[str]) -> DataFrame:
 
 def invalid_rows(df: DataFrame, raw: Column) -> DataFrame:
     """Unusable rows as `invalid_events` rows: load day, reason and raw text."""
+    # A row the reader could not parse has no load time of its own: the file's fallback day.
+    unreadable = F.col("_unreadable") if "_unreadable" in df.columns else F.lit(False)
+    day = F.when(unreadable, F.col("_fallback_load_date")).otherwise(
+        F.coalesce(F.to_date("load_tstamp"), F.col("_fallback_load_date"))
+    )
     return df.where(F.col(REASON).isNotNull()).select(
-        F.coalesce(F.to_date("load_tstamp"), F.col("_fallback_load_date")).alias(LOAD_DATE),
+        day.alias(LOAD_DATE),
         F.col(REASON).alias("reason"),
         raw.alias("raw"),
     )

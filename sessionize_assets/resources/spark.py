@@ -67,7 +67,9 @@ def get_spark(overrides: Mapping[str, str] | None = None) -> SparkSession:
 class SparkDeltaResource(PySparkResource):
     """One Spark session with Delta Lake, UTC session time and `local[*]` unless configured."""
 
-    spark_config: dict = Field(default_factory=dict, description="Spark settings overriding the defaults.")
+    spark_config: dict = Field(
+        default_factory=dict, description="Spark settings overriding the defaults."
+    )
 
     def setup_for_execution(self, context) -> None:  # noqa: ANN001 - Dagster's signature
         self._spark_session = get_spark(self.spark_config)

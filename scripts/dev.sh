@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One entry point for a fresh clone: installs what it needs (idempotently), then runs.
+#   bash scripts/dev.sh demo [args]   set up, then run the demo end to end on the embedded default
+#   bash scripts/dev.sh test [args]   set up, then lint and run the test suite
+#   bash scripts/dev.sh setup         only set up: .venv with pinned packages + Delta jars
+#   bash scripts/dev.sh ui [args]     set up, then the Dagster UI on the demo home
+#   bash scripts/dev.sh bench [args]  set up, then the benchmarks (python -m benchmarks.run)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+venv="${SESSIONIZE_VENV:-$root/.venv}"
+demo_home="${SESSIONIZE_HOME:-$root/.sessionize-demo}"
+
+find_python() {
+  for candidate in python3.11 python3; do
+    if command -v "$candidate" >/dev/null 2>&1 && \
+       "$candidate" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' 2>/dev/null; then
+      echo "$candidate"; return 0
+    fi
+  done
+  echo "error: Python 3.11 is needed (python3.11 or python3 on PATH)." >&2
+  return 1
+}
+
+setup() {
+  if ! command -v java >/dev/null 2>&1; then
+    echo "error: Java 17 is needed for Spark (install openjdk-17-jre-headless)." >&2
+    exit 1
+  fi
+  local stamp="$venv/.sessionize-setup" want
+  want="$(cat pyproject.toml requirements.lock | sha256sum | cut -d' ' -f1)"
+  if [ ! -x "$venv/bin/python" ]; then
+    echo "setup: creating $venv" >&2
+    "$(find_python)" -m venv "$venv"
+  fi
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "setup: installing pinned Python packages (first run takes a few minutes)" >&2
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -c requirements.lock -e ".[dev]"
+    echo "$want" > "$stamp"
+  fi
+  # Delta Lake jars from Maven Central into ~/.cache/sessionize_assets/jars (skipped when present).
+  "$venv/bin/python" -m sessionize_assets.jars >/dev/null
+}
+
+command="${1:-}"
+[ $# -gt 0 ] && shift
+case "$command" in
+  setup) setup ;;
+  demo) setup; exec "$venv/bin/sessionize" --home "$demo_home" demo "$@" ;;
+  ui) setup; exec "$venv/bin/sessionize" --home "$demo_home" ui "$@" ;;
+  test)
+    setup
+    "$venv/bin/ruff" check sessionize_assets sessionize_assets_tests benchmarks
+    exec "$venv/bin/python" -m pytest "$@"
+    ;;
+  bench) setup; exec "$venv/bin/python" -m benchmarks.run "$@" ;;
+  *)
+    echo "usage: bash scripts/dev.sh demo|test|setup|ui|bench [args]" >&2
+    exit 2
+    ;;
+esac

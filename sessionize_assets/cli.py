@@ -1,0 +1,327 @@
+"""`sessionize`: the command line. It drives the same Definitions through Dagster's APIs and records
+its runs in the home's Dagster instance, so `sessionize ui` shows them.
+
+User mistakes are one sentence on stderr and exit code 2; a failed verification exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from sessionize_assets.errors import UserError
+from sessionize_assets.home import Home
+from sessionize_assets.settings import load_settings, parse_now, settings_file
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class Context:
+    """What every command needs: the home, the settings, now, and (lazily) Spark and Dagster."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.home = Home(Path(args.home).resolve() if args.home else Home.from_env().root)
+        self.now = parse_now(args.now)
+        self.config_path = settings_file(self.home.root, args.config)
+        # Validated before any data is touched.
+        self.settings = load_settings(self.home.root, args.config, today=self.now.date())
+        self.args = args
+        self._spark = None
+        self._instance = None
+        self._defs = None
+        self._export_environment()
+
+    def _export_environment(self) -> None:
+        """The code server and run processes resolve the same settings from these."""
+        os.environ["SESSIONIZE_HOME"] = str(self.home.root)
+        if self.config_path:
+            os.environ["SESSIONIZE_CONFIG"] = str(self.config_path)
+        if self.args.now:
+            os.environ["SESSIONIZE_NOW"] = self.now.isoformat()
+        os.environ["DAGSTER_HOME"] = str(self.home.dagster_home)
+
+    def ensure_home(self) -> None:
+        self.home.ensure()
+        target = self.home.dagster_home / "dagster.yaml"
+        source = REPO_ROOT / "dagster.yaml"
+        if source.is_file() and (not target.is_file() or target.read_text() != source.read_text()):
+            shutil.copyfile(source, target)
+
+    @property
+    def lake(self):  # noqa: ANN201
+        from sessionize_assets.resources.lake import LakeResource
+
+        return LakeResource(
+            home=str(self.home.root),
+            config_file=str(self.config_path) if self.config_path else None,
+            now=self.now.isoformat(),
+        )
+
+    @property
+    def spark(self):  # noqa: ANN201
+        if self._spark is None:
+            from sessionize_assets.resources.spark import get_spark
+
+            self._spark = get_spark(self.settings.spark)
+        return self._spark
+
+    @property
+    def instance(self):  # noqa: ANN201
+        if self._instance is None:
+            from dagster import DagsterInstance
+
+            self.ensure_home()
+            self._instance = DagsterInstance.get()
+        return self._instance
+
+    @property
+    def defs(self):  # noqa: ANN201
+        if self._defs is None:
+            from sessionize_assets.definitions import build_definitions
+
+            self._defs = build_definitions(self.home.root, self.args.config, self.now.isoformat())
+        return self._defs
+
+    def table(self, name: str) -> str:
+        return self.home.table(name)
+
+
+def _date(value: str) -> dt.date:
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a date like 2024-03-01, got {value!r}"
+        ) from None
+
+
+def _print(lines: Sequence[str]) -> None:
+    for line in lines:
+        print(line)
+
+
+# ---------------------------------------------------------------- commands
+
+
+def cmd_generate(ctx: Context) -> int:
+    from sessionize_assets.generator import generate
+
+    a = ctx.args
+    summary = generate(
+        Path(a.out),
+        start_date=a.start_date or ctx.settings.start_date,
+        days=a.days,
+        events_per_day=a.events_per_day,
+        seed=a.seed,
+        late_share=a.late_share,
+        file_format=a.format,
+    )
+    _print(summary.lines() if hasattr(summary, "lines") else [str(summary)])
+    return 0
+
+
+def cmd_load(ctx: Context) -> int:
+    from sessionize_assets.assets.ingest import record_load
+    from sessionize_assets.loader import load_paths
+    from sessionize_assets.resources.tables import EVENTS, INVALID_EVENTS, LOAD_LOG
+
+    a = ctx.args
+    load_tstamp = parse_now(a.load_tstamp) if a.load_tstamp else None
+    ctx.ensure_home()
+    started = dt.datetime.now(dt.UTC)
+    report = load_paths(
+        ctx.spark,
+        a.paths,
+        ctx.settings,
+        {n: ctx.table(n) for n in (EVENTS, INVALID_EVENTS, LOAD_LOG)},
+        ctx.now,
+        load_tstamp=load_tstamp,
+        load_tstamp_from=a.load_tstamp_from,
+    )
+    for line in report.lines():
+        print(line, file=sys.stderr if line.startswith("WARNING") else sys.stdout)
+    record_load(ctx.instance, report, started)
+    return 0
+
+
+def cmd_run(ctx: Context) -> int:
+    from sessionize_assets.pipeline import run_pipeline
+
+    _print(run_pipeline(ctx).lines())
+    return 0
+
+
+def cmd_backfill(ctx: Context) -> int:
+    from sessionize_assets.pipeline import backfill_pipeline
+
+    a = ctx.args
+    if a.end < a.start:
+        raise UserError(f"--end {a.end} is before --start {a.start}.")
+    _print(backfill_pipeline(ctx, a.start, a.end).lines())
+    return 0
+
+
+def cmd_status(ctx: Context) -> int:
+    from sessionize_assets.pipeline import status_lines
+
+    _print(status_lines(ctx))
+    return 0
+
+
+def cmd_verify(ctx: Context) -> int:
+    from sessionize_assets.pipeline import verify_pipeline
+
+    differences, lines = verify_pipeline(ctx)
+    _print(lines)
+    return 1 if differences else 0
+
+
+def cmd_export(ctx: Context) -> int:
+    from sessionize_assets.export import export_table
+
+    _print([export_table(ctx.spark, ctx.home, ctx.args.table, Path(ctx.args.out))])
+    return 0
+
+
+def cmd_manifest(ctx: Context) -> int:
+    from sessionize_assets.pipeline import manifest_command
+
+    _print(manifest_command(ctx))
+    return 0
+
+
+def cmd_demo(ctx: Context) -> int:
+    from sessionize_assets.demo import run_demo
+
+    run_demo(ctx)
+    return 0
+
+
+def cmd_ui(ctx: Context) -> int:
+    ctx.ensure_home()
+    dagster = Path(sys.executable).with_name("dagster")
+    command = [
+        str(dagster) if dagster.exists() else "dagster",
+        "dev",
+        "-w",
+        str(REPO_ROOT / "workspace.yaml"),
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(ctx.args.port),
+    ]
+    print(
+        f"Dagster UI on http://127.0.0.1:{ctx.args.port} (home {ctx.home.root}); Ctrl-C stops it."
+    )
+    return subprocess.call(command, cwd=REPO_ROOT, env=os.environ.copy())
+
+
+# ---------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sessionize",
+        description="Sessions, daily aggregates and attributes kept exact while events arrive late.",
+    )
+    parser.add_argument("--home", help="home folder (default $SESSIONIZE_HOME, else ./.sessionize)")
+    parser.add_argument(
+        "--config", help="settings file (default $SESSIONIZE_CONFIG, else <home>/sessionize.yaml)"
+    )
+    parser.add_argument(
+        "--now", help="the current time, ISO 8601 (UTC when no zone): for tests and replays"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("generate", help="write a realistic seeded data set as landing files")
+    p.add_argument("--out", required=True)
+    p.add_argument("--days", type=int, default=7)
+    p.add_argument("--events-per-day", type=int, default=2000)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--start-date", type=_date, default=None)
+    p.add_argument("--late-share", type=float, default=0.05)
+    p.add_argument("--format", choices=("csv", "json", "mixed"), default="csv")
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("load", help="land files or folders into the events table")
+    p.add_argument("paths", nargs="+")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--load-tstamp", help="load time for rows without one (ISO 8601)")
+    group.add_argument(
+        "--load-tstamp-from", metavar="COLUMN", help="take missing load times from this column"
+    )
+    p.set_defaults(func=cmd_load)
+
+    p = sub.add_parser("run", help="process everything pending, within the run limits")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "backfill", help="re-materialize load days START..END and everything downstream"
+    )
+    p.add_argument("--start", type=_date, required=True)
+    p.add_argument("--end", type=_date, required=True)
+    p.set_defaults(func=cmd_backfill)
+
+    p = sub.add_parser("status", help="run-limit states, windows, pending and skipped days, locks")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser(
+        "verify", help="compare incremental tables with a recompute; non-zero on any difference"
+    )
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("export", help="write a table as CSV or Parquet (by the file's extension)")
+    p.add_argument("table")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("manifest", help="operate the processing manifest")
+    msub = p.add_subparsers(dest="manifest_command", required=True, metavar="ACTION")
+    q = msub.add_parser("list", help="items and their derived state")
+    q.add_argument("--state")
+    q.add_argument("--item-prefix")
+    q = msub.add_parser("show", help="an item's records in order and its derived state")
+    q.add_argument("item")
+    q = msub.add_parser("resolve", help="release a failed item (a stale lock is abandoned first)")
+    q.add_argument("item")
+    q.add_argument("--reason", required=True)
+    q = msub.add_parser("skip", help="mark an item skipped: nothing will process it")
+    q.add_argument("item")
+    q.add_argument("--reason", required=True)
+    p.set_defaults(func=cmd_manifest)
+
+    p = sub.add_parser(
+        "demo", help="generate data, land it day by day, run the pipeline after each load"
+    )
+    p.add_argument("--days", type=int, default=6)
+    p.add_argument("--events-per-day", type=int, default=1500)
+    p.add_argument("--seed", type=int, default=7)
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("ui", help="the Dagster UI on this home (dagster dev, bound to localhost)")
+    p.add_argument("--port", type=int, default=3000)
+    p.set_defaults(func=cmd_ui)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        ctx = Context(args)
+        return args.func(ctx)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""One Definitions object: assets, checks, jobs, sensors and resources, from the resolved settings.
+
+The settings come from the same place for the CLI, `dagster dev` and run processes:
+`$SESSIONIZE_HOME` / `$SESSIONIZE_CONFIG` (the CLI exports both), `$SESSIONIZE_NOW` for replays.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dagster import Definitions
+
+from sessionize_assets.assets import ingest
+from sessionize_assets.home import Home
+from sessionize_assets.jobs import build_jobs
+from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.spark import SparkDeltaResource
+from sessionize_assets.sensors import new_loads
+from sessionize_assets.settings import settings_file
+
+
+def build_definitions(
+    home: Path | None = None, config: str | None = None, now: str | None = None
+) -> Definitions:
+    """Everything Dagster needs, bound to one home folder and one settings file."""
+    home = (home or Home.from_env().root).resolve()
+    resolved = settings_file(home, config)
+    lake = LakeResource(
+        home=str(home),
+        config_file=str(resolved) if resolved else None,
+        now=now if now is not None else os.environ.get("SESSIONIZE_NOW") or None,
+    )
+    settings = lake.settings
+    assets = [*ingest.build_assets(settings)]
+    checks: list = []
+    sensors = [*new_loads.build_sensors(settings)]
+    jobs = [*build_jobs(settings)]
+    return Definitions(
+        assets=assets,
+        asset_checks=checks,
+        jobs=jobs,
+        sensors=sensors,
+        resources={"lake": lake, "spark": SparkDeltaResource(spark_config=dict(settings.spark))},
+    )
+
+
+defs = build_definitions()

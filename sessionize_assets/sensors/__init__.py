@@ -1,0 +1,1 @@
+"""Sensors: on new loads (events commits) and on decided late event days."""

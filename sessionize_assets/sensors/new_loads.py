@@ -1,0 +1,108 @@
+"""The sensor on new loads: new commits to `events` by any writer -> load-day runs downstream."""
+
+from __future__ import annotations
+
+import json
+
+from dagster import (
+    DefaultSensorStatus,
+    RunRequest,
+    SensorDefinition,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    sensor,
+)
+
+from sessionize_assets.jobs import LOAD_DAY_JOB, TIME_BASED_LANE
+from sessionize_assets.load_days import pending_load_days
+from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.tables import EVENTS, FILTERED_EVENTS_ACCOUNTING
+from sessionize_assets.settings import Settings
+
+
+def plan_requests(
+    pending: dict, requested: dict[str, str], blocked: set[str] | frozenset[str] = frozenset()
+) -> tuple[list[tuple[str, str]], dict[str, str], list[str]]:
+    """Which (load day, fingerprint) to request now, the new `requested` map, and blocked days.
+
+    A load day is requested once per fingerprint of its files: a later commit that changes the
+    day's files asks again; the same files are never asked twice. Days come out ascending.
+    """
+    to_request = []
+    skipped = []
+    new_requested = dict(requested)
+    for day in sorted(pending):
+        key = day.isoformat()
+        fingerprint = pending[day]
+        if key in blocked:
+            skipped.append(key)
+            continue
+        if requested.get(key) == fingerprint:
+            continue
+        to_request.append((key, fingerprint))
+        new_requested[key] = fingerprint
+    # Forget days that are no longer pending (processed): the map stays small.
+    pending_keys = {d.isoformat() for d in pending}
+    new_requested = {k: v for k, v in new_requested.items() if k in pending_keys}
+    return to_request, new_requested, skipped
+
+
+def build_sensors(settings: Settings, blocked_items=None) -> list[SensorDefinition]:  # noqa: ANN001
+    """`new_loads_sensor`: polls the events table's Delta log (delta-rs, no Spark)."""
+
+    @sensor(
+        name="new_loads_sensor",
+        job_name=LOAD_DAY_JOB,
+        minimum_interval_seconds=30,
+        default_status=DefaultSensorStatus.RUNNING,
+        description=(
+            "Requests filtered_events + days_to_process for every load day whose files in `events` "
+            "changed since filtered_events last consumed them (new commits by any writer)."
+        ),
+    )
+    def new_loads_sensor(context: SensorEvaluationContext, lake: LakeResource):
+        cursor = (
+            json.loads(context.cursor) if context.cursor else {"version": None, "requested": {}}
+        )
+        version, pending = pending_load_days(
+            lake.table(EVENTS), lake.table(FILTERED_EVENTS_ACCOUNTING)
+        )
+        if version is None:
+            return SensorResult(
+                skip_reason=SkipReason(
+                    "The events table does not exist yet: nothing has been loaded."
+                ),
+                cursor=context.cursor,
+            )
+        blocked = (
+            set(blocked_items(lake, [d.isoformat() for d in pending])) if blocked_items else set()
+        )
+        to_request, requested, skipped = plan_requests(
+            pending, cursor.get("requested", {}), blocked
+        )
+        new_cursor = json.dumps({"version": version, "requested": requested}, sort_keys=True)
+        for key in skipped:
+            context.log.warning(
+                f"Load day {key} is fail-locked in the processing manifest; resolve it with "
+                f"`sessionize manifest resolve filtered_events/{key} --reason ...` to process it."
+            )
+        if not to_request:
+            return SensorResult(
+                skip_reason=SkipReason(
+                    f"events at version {version}: no new load-day changes"
+                    + (f" ({len(skipped)} blocked by the processing manifest)" if skipped else "")
+                ),
+                cursor=new_cursor,
+            )
+        return SensorResult(
+            run_requests=[
+                RunRequest(
+                    run_key=f"{key}:{fingerprint}", partition_key=key, tags=dict(TIME_BASED_LANE)
+                )
+                for key, fingerprint in to_request
+            ],
+            cursor=new_cursor,
+        )
+
+    return [new_loads_sensor]

@@ -1,0 +1,71 @@
+import subprocess
+import sys
+
+import pytest
+from dagster_deltalake import DeltaTableResource, LocalConfig
+
+from sessionize_assets import jars
+from sessionize_assets.errors import MissingJarsError
+from sessionize_assets.resources.spark import spark_conf
+
+
+def test_session_has_delta_utc_and_user_overrides(spark):
+    assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
+    assert "DeltaSparkSessionExtension" in spark.conf.get("spark.sql.extensions")
+    conf = spark_conf({"spark.master": "spark://cluster:7077", "spark.executor.memory": "8g"})
+    assert conf["spark.master"] == "spark://cluster:7077"
+    assert conf["spark.executor.memory"] == "8g"
+    assert conf["spark.databricks.delta.properties.defaults.enableDeletionVectors"] == "false"
+
+
+def test_spark_written_table_reads_back_through_delta_rs(spark, tmp_path):
+    path = str(tmp_path / "roundtrip")
+    frame = spark.createDataFrame(
+        [("e1", "2024-03-01 10:00:00"), ("e2", "2024-03-02 11:30:00.250")],
+        "event_id string, ts string",
+    ).selectExpr("event_id", "to_timestamp(ts) as ts", "to_date(ts) as load_date")
+    frame.write.format("delta").partitionBy("load_date").save(path)
+    spark.sql(f"UPDATE delta.`{path}` SET event_id = 'e2b' WHERE event_id = 'e2'")
+
+    table = DeltaTableResource(url=path, storage_options=LocalConfig()).load()
+    rows = sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: r["event_id"])
+    assert [r["event_id"] for r in rows] == ["e1", "e2b"]
+    assert str(rows[1]["ts"]).startswith("2024-03-02 11:30:00.25")
+    assert table.version() == 1
+    assert "deletionVectors" not in (table.protocol().reader_features or [])
+
+
+def test_missing_jars_is_one_sentence_naming_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv("SESSIONIZE_JARS_DIR", str(tmp_path / "nothing"))
+    with pytest.raises(MissingJarsError) as info:
+        jars.delta_jar_paths()
+    message = str(info.value)
+    assert "bash scripts/dev.sh setup" in message and "\n" not in message
+
+
+def test_cli_reports_missing_jars_without_traceback(tmp_path):
+    env = {
+        "SESSIONIZE_JARS_DIR": str(tmp_path / "nothing"),
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+    }
+    data = tmp_path / "e.csv"
+    data.write_text("event_id,collector_tstamp\ne1,2024-03-01 10:00:00\n")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sessionize_assets.cli",
+            "--home",
+            str(tmp_path / "h"),
+            "load",
+            str(data),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "scripts/dev.sh setup" in result.stderr

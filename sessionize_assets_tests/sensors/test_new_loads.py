@@ -1,0 +1,112 @@
+"""The sensor on new loads, against a real Dagster instance and a real Delta events table."""
+
+import datetime as dt
+import json
+
+import pytest
+from dagster import DagsterInstance, build_sensor_context
+from pyspark.sql import functions as F
+
+from sessionize_assets.home import Home
+from sessionize_assets.load_days import EMPTY_FINGERPRINT
+from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.tables import EVENTS, FILTERED_EVENTS_ACCOUNTING
+from sessionize_assets.sensors.new_loads import build_sensors, plan_requests
+from sessionize_assets.settings import Settings
+
+
+def _append_events(spark, path, day: str, n: int) -> None:
+    frame = spark.range(n).select(
+        F.concat(F.lit(f"{day}-"), F.col("id").cast("string")).alias("event_id"),
+        F.lit(day).cast("date").alias("load_date"),
+    )
+    frame.write.format("delta").mode("append").partitionBy("load_date").save(path)
+
+
+def _mark_consumed(spark, path, fingerprints: dict) -> None:
+    rows = [(dt.date.fromisoformat(d), fp) for d, fp in fingerprints.items()]
+    spark.createDataFrame(rows, "load_date date, events_fingerprint string").write.format(
+        "delta"
+    ).mode("append").save(path)
+
+
+def _tick(sensor, instance, lake, cursor):
+    with build_sensor_context(
+        instance=instance, cursor=cursor, resources={"lake": lake}
+    ) as context:
+        result = sensor(context)
+        return result, result.cursor
+
+
+def test_plan_requests_never_repeats_and_forgets_processed_days():
+    d1, d2 = dt.date(2024, 3, 1), dt.date(2024, 3, 2)
+    todo, requested, _ = plan_requests({d2: "b", d1: "a"}, {})
+    assert todo == [("2024-03-01", "a"), ("2024-03-02", "b")]
+    todo, requested, _ = plan_requests({d1: "a", d2: "b"}, requested)
+    assert todo == []
+    todo, requested, _ = plan_requests({d2: "c"}, requested)  # d1 processed, d2 changed again
+    assert todo == [("2024-03-02", "c")] and requested == {"2024-03-02": "c"}
+    todo, _, blocked = plan_requests({d1: "a"}, {}, blocked={"2024-03-01"})
+    assert todo == [] and blocked == ["2024-03-01"]
+
+
+@pytest.fixture
+def instance():
+    with DagsterInstance.ephemeral() as inst:
+        yield inst
+
+
+def test_several_loads_between_ticks_no_repeats_and_restart(spark, home, instance):
+    settings = Settings(start_date=dt.date(2024, 1, 1))
+    lake = LakeResource(home=str(home))
+    events = Home(home).table(EVENTS)
+    accounting = Home(home).table(FILTERED_EVENTS_ACCOUNTING)
+    [sensor] = build_sensors(settings)
+
+    result, cursor = _tick(sensor, instance, lake, None)
+    assert not result.run_requests and result.skip_reason  # nothing loaded yet
+
+    # Three commits (two load days) land between two ticks.
+    _append_events(spark, events, "2024-03-01", 3)
+    _append_events(spark, events, "2024-03-02", 2)
+    _append_events(spark, events, "2024-03-01", 1)
+    result, cursor = _tick(sensor, instance, lake, cursor)
+    assert [r.partition_key for r in result.run_requests] == ["2024-03-01", "2024-03-02"]
+    assert all(r.tags["sessionize/lane"] == "time_based" for r in result.run_requests)
+    first_keys = {r.run_key for r in result.run_requests}
+
+    # Same state: nothing is asked twice, even though the days are still unprocessed.
+    result, cursor = _tick(sensor, instance, lake, cursor)
+    assert not result.run_requests
+
+    # "Restart": a new sensor definition and context resumes from the stored cursor.
+    [sensor_again] = build_sensors(settings)
+    saved = json.loads(cursor)
+    assert set(saved["requested"]) == {"2024-03-01", "2024-03-02"}
+    result, cursor = _tick(sensor_again, instance, lake, cursor)
+    assert not result.run_requests
+
+    # filtered_events consumed 03-01 (as recorded in the lake); a new load lands on 03-02 and 03-03.
+    from sessionize_assets.load_days import events_fingerprints
+
+    _, fps = events_fingerprints(events)
+    _mark_consumed(spark, accounting, {"2024-03-01": fps[dt.date(2024, 3, 1)]})
+    _append_events(spark, events, "2024-03-02", 1)
+    _append_events(spark, events, "2024-03-03", 4)
+    result, cursor = _tick(sensor_again, instance, lake, cursor)
+    assert [r.partition_key for r in result.run_requests] == ["2024-03-02", "2024-03-03"]
+    assert not first_keys & {r.run_key for r in result.run_requests}
+
+    # A lost cursor (e.g. a reset sensor) does not ask again for what the lake says is processed.
+    _, fps = events_fingerprints(events)
+    _mark_consumed(spark, accounting, {k.isoformat(): v for k, v in fps.items()})
+    result, _ = _tick(sensor_again, instance, lake, None)
+    assert not result.run_requests
+
+
+def test_empty_fingerprint_marks_a_day_whose_files_were_removed():
+    from sessionize_assets.load_days import changed_load_days
+
+    d = dt.date(2024, 3, 1)
+    assert changed_load_days({}, {d: "abc"}) == [d]
+    assert changed_load_days({}, {d: EMPTY_FINGERPRINT}) == []

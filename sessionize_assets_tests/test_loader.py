@@ -1,0 +1,217 @@
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from sessionize_assets.errors import UserError
+from sessionize_assets.home import Home
+from sessionize_assets.loader import load_paths
+from sessionize_assets.resources.tables import EVENTS, INVALID_EVENTS, LOAD_LOG
+from sessionize_assets.settings import Settings
+
+ORACLE = (
+    Path(__file__).resolve().parents[2]
+    / "shared"
+    / "oracles"
+    / "snowplow-web-v0.15.2"
+    / "events.csv"
+)
+NOW = dt.datetime(2024, 3, 10, 12, tzinfo=dt.UTC)
+HEADER = "event_id,app_id,event_name,domain_userid,domain_sessionid,collector_tstamp,derived_tstamp,load_tstamp,custom_col"
+
+
+def _tables(home: Path) -> dict[str, str]:
+    h = Home(home)
+    h.ensure()
+    return {n: h.table(n) for n in (EVENTS, INVALID_EVENTS, LOAD_LOG)}
+
+
+def _load(spark, home, paths, settings=Settings(), **kw):
+    return load_paths(spark, paths, settings, _tables(home), NOW, **kw)
+
+
+def _events(spark, home):
+    return spark.read.format("delta").load(Home(home).table(EVENTS))
+
+
+def _invalid(spark, home):
+    return spark.read.format("delta").load(Home(home).table(INVALID_EVENTS))
+
+
+def test_csv_with_bad_rows_accounts_for_every_row(spark, home, tmp_path):
+    f = tmp_path / "day.csv"
+    f.write_text(
+        "\n".join(
+            [
+                HEADER,
+                "e1,web,page_view,u1,s1,2024-03-01 10:00:00.100,,2024-03-01 10:00:05,x",
+                'e2,web,page_view,u1,s1,2024-03-01 10:01:00,2024-03-01 10:00:59,2024-03-01 10:01:05,"a,b"',
+                "e3,web,page_view,u1,s1,2024-03-01 10:02:00",  # wrong number of fields
+                ",web,page_view,u1,s1,2024-03-01 10:03:00,,2024-03-01 10:03:05,x",  # missing event_id
+                "e5,web,page_view,u1,s1,not-a-time,,2024-03-01 10:04:05,x",  # unparseable
+                "e6,web,page_view,u1,s1,2024-03-01 12:00:00,,2024-03-01 10:05:00,x",  # 2 h in the future
+                "e7,web,page_ping,u2,s2,2024-03-02 09:00:00,,2024-03-02T09:00:01Z,x",
+                "e8,web,page_view,u1,s1,2024-03-01 10:06:00,garbage,2024-03-01 10:06:05,x",  # bad derived
+            ]
+        )
+        + "\n"
+    )
+    report = _load(spark, home, [f])
+    assert (report.rows_read, report.rows_kept, report.rows_invalid) == (8, 3, 5)
+    assert report.rows_read == report.rows_kept + report.rows_invalid
+    assert report.load_days == [dt.date(2024, 3, 1), dt.date(2024, 3, 2)]
+    reasons = {r["reason"]: r["raw"] for r in _invalid(spark, home).collect()}
+    assert (
+        reasons["wrong number of fields (expected 9)"]
+        == "e3,web,page_view,u1,s1,2024-03-01 10:02:00"
+    )
+    assert "missing event_id" in reasons
+    assert reasons["unparseable timestamp in collector_tstamp"].startswith("e5,")
+    assert reasons["event time more than 10 minutes after its load time"].startswith("e6,")
+    assert reasons["unparseable timestamp in derived_tstamp"].startswith("e8,")
+    rows = {r["event_id"]: r for r in _events(spark, home).collect()}
+    assert set(rows) == {"e1", "e2", "e7"}
+    # derived_tstamp falls back to collector_tstamp; unknown columns are kept; UTC.
+    assert rows["e1"]["derived_tstamp"] == dt.datetime(2024, 3, 1, 10, 0, 0, 100000)
+    assert rows["e2"]["custom_col"] == "a,b"
+    assert rows["e7"]["load_date"] == dt.date(2024, 3, 2)
+    assert rows["e1"]["dvce_created_tstamp"] == rows["e1"]["collector_tstamp"]
+    log = spark.read.format("delta").load(Home(home).table(LOAD_LOG)).collect()
+    assert (log[0]["rows_read"], log[0]["rows_kept"], log[0]["rows_invalid"]) == (8, 3, 5)
+
+
+def test_same_file_again_is_skipped_with_a_warning(spark, home, tmp_path):
+    f = tmp_path / "a.csv"
+    f.write_text(HEADER + "\ne1,web,page_view,u1,s1,2024-03-01 10:00:00,,2024-03-01 10:00:05,x\n")
+    _load(spark, home, [f])
+    copy = tmp_path / "renamed.csv"
+    copy.write_bytes(f.read_bytes())
+    again = _load(spark, home, [f, copy])
+    assert [x.skipped_reason is not None for x in again.files] == [True, True]
+    assert any(line.startswith("WARNING: skipped") for line in again.lines())
+    assert _events(spark, home).count() == 1
+
+
+def test_ndjson_and_parquet_and_missing_load_tstamp(spark, home, tmp_path):
+    (tmp_path / "load_date=2024-03-05").mkdir()
+    j = tmp_path / "load_date=2024-03-05" / "day.ndjson"
+    j.write_text(
+        "\n".join(
+            [
+                json.dumps(
+                    {
+                        "event_id": "j1",
+                        "event_name": "page_view",
+                        "collector_tstamp": "2024-03-05 10:00:00",
+                        "extra": 3,
+                    }
+                ),
+                "{not json",
+                json.dumps(
+                    {
+                        "event_id": "j2",
+                        "event_name": "page_view",
+                        "collector_tstamp": "2024-03-05 10:00:01",
+                        "extra": 4,
+                    }
+                ),
+            ]
+        )
+        + "\n"
+    )
+    (tmp_path / "_manifest.json").write_text("{}")  # metadata, not data: skipped in folders
+    report = _load(spark, home, [tmp_path])
+    assert [Path(f.path).name for f in report.files] == ["day.ndjson"]
+    assert (report.rows_read, report.rows_kept, report.rows_invalid) == (3, 2, 1)
+    bad = _invalid(spark, home).first()
+    # The unreadable line has no load time of its own: it is filed under the folder's load day.
+    assert (bad["reason"], bad["load_date"]) == ("not valid JSON", dt.date(2024, 3, 5))
+    # Rows without load_tstamp and no option: now.
+    assert {r["load_date"] for r in _events(spark, home).collect()} == {NOW.date()}
+    p = tmp_path / "p.parquet"
+    spark.createDataFrame(
+        [("p1", "2024-03-06 08:00:00")], "event_id string, collector_tstamp string"
+    ).coalesce(1).write.parquet(str(tmp_path / "pq"))
+    parquet_file = next((tmp_path / "pq").glob("*.parquet"))
+    parquet_file.rename(p)
+    report = _load(spark, home, [p], load_tstamp=dt.datetime(2024, 3, 7, 1, tzinfo=dt.UTC))
+    assert report.load_days == [dt.date(2024, 3, 7)]
+    loaded = {r["event_id"]: r for r in _events(spark, home).collect()}
+    assert loaded["j2"]["extra"] == 4
+    assert loaded["p1"]["load_tstamp"] == dt.datetime(2024, 3, 7, 1)
+
+
+def test_segment_source_through_column_mapping(spark, home, tmp_path):
+    from sessionize_assets.core.schema import SEGMENT_COLUMN_MAPPING
+
+    f = tmp_path / "segment.ndjson"
+    f.write_text(
+        json.dumps(
+            {
+                "messageId": "m1",
+                "anonymousId": "a1",
+                "event": "Signed Up",
+                "timestamp": "2024-03-01T10:00:00.000Z",
+                "receivedAt": "2024-03-01T10:00:02.000Z",
+            }
+        )
+        + "\n"
+    )
+    _load(spark, home, [f], settings=Settings(column_mapping=SEGMENT_COLUMN_MAPPING))
+    row = _events(spark, home).first()
+    assert (row["event_id"], row["domain_userid"], row["event_name"]) == ("m1", "a1", "Signed Up")
+    assert row["derived_tstamp"] == dt.datetime(2024, 3, 1, 10)
+    assert row["load_date"] == dt.date(2024, 3, 1)
+
+
+def test_a_column_changing_type_is_an_error_naming_it(spark, home, tmp_path):
+    a = tmp_path / "a.ndjson"
+    a.write_text(
+        json.dumps(
+            {
+                "event_id": "x1",
+                "collector_tstamp": "2024-03-01 10:00:00",
+                "load_tstamp": "2024-03-01 10:00:00",
+                "score": 3,
+            }
+        )
+        + "\n"
+    )
+    b = tmp_path / "b.ndjson"
+    b.write_text(
+        json.dumps(
+            {
+                "event_id": "x2",
+                "collector_tstamp": "2024-03-01 10:00:00",
+                "load_tstamp": "2024-03-01 10:00:00",
+                "score": {"v": 1},
+            }
+        )
+        + "\n"
+    )
+    _load(spark, home, [a])
+    with pytest.raises(UserError, match="`score`"):
+        _load(spark, home, [b])
+
+
+def test_wrong_paths_are_user_errors(spark, home, tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        _load(spark, home, [tmp_path / "nope.csv"])
+    (tmp_path / "notes.txt").write_text("hi")
+    with pytest.raises(UserError, match="not a supported file"):
+        _load(spark, home, [tmp_path / "notes.txt"])
+
+
+def test_oracle_events_csv_loads_as_it_is(spark, home):
+    report = _load(spark, home, [ORACLE], load_tstamp_from="collector_tstamp")
+    assert report.rows_read == 160
+    assert report.rows_kept + report.rows_invalid == 160
+    assert report.rows_invalid == 0
+    events = _events(spark, home)
+    assert events.count() == 160
+    assert len(events.columns) >= 135
+    # Rows without a load_tstamp took it from collector_tstamp; the 65 with one kept theirs.
+    assert events.where(F.col("load_tstamp") != F.col("collector_tstamp")).count() <= 65
+    assert events.where("load_date is null").count() == 0
