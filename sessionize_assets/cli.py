@@ -46,6 +46,13 @@ class Context:
             os.environ["SESSIONIZE_NOW"] = self.now.isoformat()
         os.environ["DAGSTER_HOME"] = str(self.home.dagster_home)
 
+    def reload_settings(self) -> None:
+        """Resolve the settings again (after the demo writes its sessionize.yaml)."""
+        self.config_path = settings_file(self.home.root, self.args.config)
+        self.settings = load_settings(self.home.root, self.args.config, today=self.now.date())
+        self._export_environment()
+        self._defs = None
+
     def ensure_home(self) -> None:
         self.home.ensure()
         target = self.home.dagster_home / "dagster.yaml"
