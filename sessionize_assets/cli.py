@@ -135,10 +135,11 @@ def cmd_generate(ctx: Context) -> int:
 
 def cmd_load(ctx: Context) -> int:
     from sessionize_assets.assets.ingest import record_load
-    from sessionize_assets.loader import load_paths
+    from sessionize_assets.loader import expand_paths, load_paths
     from sessionize_assets.resources.tables import EVENTS, INVALID_EVENTS, LOAD_LOG
 
     a = ctx.args
+    expand_paths(a.paths)  # a wrong path is a user error before Spark starts
     load_tstamp = parse_now(a.load_tstamp) if a.load_tstamp else None
     ctx.ensure_home()
     started = dt.datetime.now(dt.UTC)
@@ -192,7 +193,7 @@ def cmd_verify(ctx: Context) -> int:
 def cmd_export(ctx: Context) -> int:
     from sessionize_assets.export import export_table
 
-    _print([export_table(ctx.spark, ctx.home, ctx.args.table, Path(ctx.args.out))])
+    _print([export_table(None, ctx.home, ctx.args.table, Path(ctx.args.out))])
     return 0
 
 
