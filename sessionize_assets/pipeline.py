@@ -52,9 +52,16 @@ def backfill_pipeline(ctx, start: dt.date, end: dt.date) -> PipelineReport:  # n
 
     lake = _lake(ctx)
     report = PipelineReport()
-    report.sections.append(("time-based branch", backfill_time_based(start, end, lake, ctx.spark, ctx.instance).lines()))
+    report.sections.append(
+        (
+            "time-based branch",
+            backfill_time_based(start, end, lake, ctx.spark, ctx.instance).lines(),
+        )
+    )
     # The re-materialized load days reach sessions and users through filtered_events' change feed.
-    report.sections.append(("session-based branch", run_sessions(lake, ctx.spark, ctx.instance).lines()))
+    report.sections.append(
+        ("session-based branch", run_sessions(lake, ctx.spark, ctx.instance).lines())
+    )
     return report
 
 
@@ -70,7 +77,9 @@ def status_lines(ctx) -> list[str]:  # noqa: ANN001
     out.append("session-based branch:")
     out += [f"  {line}" for line in status_sessions(lake).lines()]
     out.append("processing manifest:")
-    out += [f"  {line}" for line in manifest_status_lines(lake.table("processing_manifest"), lake.current_time())]
+    out += [
+        f"  {line}" for line in manifest_status_lines(lake.table("processing_manifest"), ctx.now)
+    ]
     return out
 
 
@@ -92,14 +101,15 @@ def verify_pipeline(ctx) -> tuple[list[str], list[str]]:  # noqa: ANN001
 def manifest_command(ctx) -> list[str]:  # noqa: ANN001
     """`sessionize manifest list/show/resolve/skip`."""
     from sessionize_assets.commands import manifest
+    from sessionize_assets.resources.processing_manifest import ProcessingManifest
 
     a = ctx.args
-    lake = _lake(ctx)
-    path = lake.table("processing_manifest")
+    path = _lake(ctx).table("processing_manifest")
     if a.manifest_command == "list":
-        return manifest.list_lines(path, state=a.state, item_prefix=a.item_prefix, now=ctx.now)
+        return [manifest.list_items(path, state=a.state, item_prefix=a.item_prefix, now=ctx.now)]
     if a.manifest_command == "show":
-        return manifest.show_lines(path, a.item, now=ctx.now)
+        return [manifest.show_item(path, a.item, now=ctx.now)]
+    writer = ProcessingManifest(ctx.spark, path)
     if a.manifest_command == "resolve":
-        return manifest.resolve_item(ctx.spark, path, a.item, a.reason, now=ctx.now)
-    return manifest.skip_item(ctx.spark, path, a.item, a.reason, now=ctx.now)
+        return [manifest.resolve_item(writer, a.item, a.reason)]
+    return [manifest.skip_item(writer, a.item, a.reason)]

@@ -17,6 +17,7 @@ from dagster import (
 from sessionize_assets.jobs import LOAD_DAY_JOB, TIME_BASED_LANE
 from sessionize_assets.load_days import pending_load_days
 from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.manifest_lock import blocked_items
 from sessionize_assets.resources.tables import EVENTS, FILTERED_EVENTS_ACCOUNTING
 from sessionize_assets.settings import Settings
 
@@ -48,7 +49,7 @@ def plan_requests(
     return to_request, new_requested, skipped
 
 
-def build_sensors(settings: Settings, blocked_items=None) -> list[SensorDefinition]:  # noqa: ANN001
+def build_sensors(settings: Settings) -> list[SensorDefinition]:
     """`new_loads_sensor`: polls the events table's Delta log (delta-rs, no Spark)."""
 
     @sensor(
@@ -75,9 +76,7 @@ def build_sensors(settings: Settings, blocked_items=None) -> list[SensorDefiniti
                 ),
                 cursor=context.cursor,
             )
-        blocked = (
-            set(blocked_items(lake, [d.isoformat() for d in pending])) if blocked_items else set()
-        )
+        blocked = set(blocked_items(lake, "filtered_events", [d.isoformat() for d in pending]))
         to_request, requested, skipped = plan_requests(
             pending, cursor.get("requested", {}), blocked
         )

@@ -110,3 +110,22 @@ def test_empty_fingerprint_marks_a_day_whose_files_were_removed():
     d = dt.date(2024, 3, 1)
     assert changed_load_days({}, {d: "abc"}) == [d]
     assert changed_load_days({}, {d: EMPTY_FINGERPRINT}) == []
+
+
+def test_fail_locked_load_day_is_skipped_and_said_so(spark, home, instance):
+    from sessionize_assets.resources.processing_manifest import ProcessingManifest
+    from sessionize_assets.resources.tables import PROCESSING_MANIFEST
+
+    settings = Settings(start_date=dt.date(2024, 1, 1))
+    lake = LakeResource(home=str(home))
+    [sensor] = build_sensors(settings)
+    _append_events(spark, Home(home).table(EVENTS), "2024-03-04", 2)
+    _append_events(spark, Home(home).table(EVENTS), "2024-03-05", 2)
+    manifest = ProcessingManifest(spark, Home(home).table(PROCESSING_MANIFEST))
+    lock = manifest.lock("filtered_events/2024-03-04", "test", "run-1")
+    manifest.fail(lock, "boom")
+    result, cursor = _tick(sensor, instance, lake, None)
+    assert [r.partition_key for r in result.run_requests] == ["2024-03-05"]
+    manifest.resolve("filtered_events/2024-03-04", "fixed")
+    result, _ = _tick(sensor, instance, lake, cursor)
+    assert [r.partition_key for r in result.run_requests] == ["2024-03-04"]

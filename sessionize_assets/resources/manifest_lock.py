@@ -1,0 +1,55 @@
+"""Every partitioned materialization and every file load goes through the processing manifest.
+
+`manifest_lock(context, lake, spark, item)` takes the item's lock (a Processing record), yields a
+payload dict the caller fills, and closes it Processed -- or Failed with the error, which then
+fail-locks the item until an operator resolves it (`sessionize manifest resolve`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.processing_manifest import ProcessingManifest, item_states
+from sessionize_assets.resources.tables import PROCESSING_MANIFEST
+
+
+def partition_item(asset: str, partition_key: str) -> str:
+    """The manifest item of an asset partition, e.g. `filtered_events/2024-03-01`."""
+    return f"{asset}/{partition_key}"
+
+
+def file_item(sha256: str) -> str:
+    """The manifest item of a landed file (by content, so a renamed copy is the same item)."""
+    return f"file/{sha256}"
+
+
+@contextmanager
+def manifest_lock(context, lake: LakeResource, spark, item: str) -> Iterator[dict[str, Any]]:  # noqa: ANN001
+    """Hold the item's lock for the body; the run id recorded is Dagster's."""
+    manifest = ProcessingManifest(spark, lake.table(PROCESSING_MANIFEST))
+    application = f"dagster:{getattr(context, 'job_name', None) or 'run'}"
+    run_id = getattr(context, "run_id", None) or "unknown-run"
+    with manifest.processing(item, application, run_id) as payload:
+        yield payload
+
+
+def blocked_items(lake: LakeResource, asset: str, partition_keys: list[str]) -> list[str]:
+    """Partition keys whose manifest item is fail-locked or skipped (sensors leave them alone).
+
+    Read with delta-rs: no Spark in sensors.
+    """
+    if not partition_keys:
+        return []
+    from sessionize_assets.core.manifest_state import ItemStatus
+
+    states = item_states(lake.table(PROCESSING_MANIFEST), prefix=f"{asset}/")
+    wanted = set(partition_keys)
+    return sorted(
+        item.split("/", 1)[1]
+        for item, state in states.items()
+        if item.split("/", 1)[1] in wanted
+        and state.status in (ItemStatus.FAIL_LOCKED, ItemStatus.SKIPPED)
+    )
