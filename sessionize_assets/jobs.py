@@ -15,10 +15,12 @@ TIME_BASED_LANE = {LANE_TAG: "time_based"}
 SESSIONS_LANE = {LANE_TAG: "sessions"}
 
 LOAD_DAY_JOB = "load_day_job"
+SESSION_MODELS_JOB = "session_models_job"
 
 
 def build_jobs(settings: Settings) -> list:
-    """`load_day_job`: filtered_events + days_to_process for one load day."""
+    """`load_day_job`: filtered_events + days_to_process for one load day; `session_models_job`:
+    one incremental run of every enabled session model."""
     return [
         define_asset_job(
             LOAD_DAY_JOB,
@@ -26,5 +28,11 @@ def build_jobs(settings: Settings) -> list:
             partitions_def=daily_partitions(settings),
             tags=TIME_BASED_LANE,
             description="Filter, deduplicate and decide the event days of one load day.",
-        )
+        ),
+        define_asset_job(
+            SESSION_MODELS_JOB,
+            selection=AssetSelection.groups("session_based"),
+            tags=SESSIONS_LANE,
+            description="One incremental run of the session models (Snowplow run limits).",
+        ),
     ]

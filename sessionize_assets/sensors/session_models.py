@@ -1,0 +1,76 @@
+"""The session-models sensor: runs the incremental session models when `filtered_events` has
+changed since they last consumed it, or while they are still catching up to now.
+
+What has been processed is read from the lake on every tick (delta-rs, no Spark): the
+`filtered_events` version and each model's `incremental_manifest` row. A request's run key is the
+pair (filtered_events version, manifest state), so the same situation is never requested twice;
+after a run moves `last_success` forward, the state differs and the next window is requested, until
+a run finds nothing to move (caught up).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from dagster import (
+    DefaultSensorStatus,
+    RunRequest,
+    SensorDefinition,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    sensor,
+)
+
+from sessionize_assets.assets.sessions import enabled_models, read_manifest
+from sessionize_assets.jobs import SESSION_MODELS_JOB, SESSIONS_LANE
+from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.tables import FILTERED_EVENTS, delta_version
+from sessionize_assets.settings import Settings
+
+SENSOR_NAME = "session_models_sensor"
+
+
+def session_request_key(version: int, manifest_rows: list[tuple]) -> str:
+    """A stable key for (filtered_events version, manifest state)."""
+    digest = hashlib.sha256(json.dumps(sorted(manifest_rows), default=str).encode()).hexdigest()[:16]
+    return f"session_models:v{version}:{digest}"
+
+
+def build_sensors(settings: Settings) -> list[SensorDefinition]:
+    """`session_models_sensor` (reads the lake with delta-rs)."""
+    models = enabled_models(settings)
+
+    @sensor(
+        name=SENSOR_NAME,
+        job_name=SESSION_MODELS_JOB,
+        minimum_interval_seconds=60,
+        default_status=DefaultSensorStatus.RUNNING,
+        description=(
+            "Runs the incremental session models when filtered_events changed since they consumed it, "
+            "or while they are catching up (a run that moves nothing ends the catch-up)."
+        ),
+    )
+    def session_models_sensor(context: SensorEvaluationContext, lake: LakeResource):
+        version = delta_version(lake.table(FILTERED_EVENTS))
+        if version is None:
+            return SensorResult(skip_reason=SkipReason("filtered_events does not exist yet."), cursor=context.cursor)
+        manifest = read_manifest(lake.table)
+        rows = [
+            (m, str(s.last_success), s.consumed_version, str(s.processed_through))
+            for m, s in manifest.items()
+            if m in models
+        ]
+        key = session_request_key(version, rows)
+        if context.cursor == key:
+            return SensorResult(
+                skip_reason=SkipReason(f"Nothing new for the session models (filtered_events v{version})."),
+                cursor=context.cursor,
+            )
+        return SensorResult(
+            run_requests=[RunRequest(run_key=key, tags=dict(SESSIONS_LANE))],
+            cursor=key,
+        )
+
+    return [session_models_sensor]
