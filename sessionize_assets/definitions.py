@@ -11,12 +11,13 @@ from pathlib import Path
 
 from dagster import Definitions
 
-from sessionize_assets.assets import ingest
+from sessionize_assets import checks as time_based_checks
+from sessionize_assets.assets import ingest, sessions, time_based
 from sessionize_assets.home import Home
 from sessionize_assets.jobs import build_jobs
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import SparkDeltaResource
-from sessionize_assets.sensors import new_loads
+from sessionize_assets.sensors import late_days, new_loads, session_models
 from sessionize_assets.settings import settings_file
 
 
@@ -32,9 +33,17 @@ def build_definitions(
         now=now if now is not None else os.environ.get("SESSIONIZE_NOW") or None,
     )
     settings = lake.settings
-    assets = [*ingest.build_assets(settings)]
-    checks: list = []
-    sensors = [*new_loads.build_sensors(settings)]
+    assets = [
+        *ingest.build_assets(settings),
+        *time_based.build_assets(settings),
+        *sessions.build_assets(settings),
+    ]
+    checks = [*time_based_checks.build_checks(settings)]
+    sensors = [
+        *new_loads.build_sensors(settings),
+        *late_days.build_sensors(settings),
+        *session_models.build_sensors(settings),
+    ]
     jobs = [*build_jobs(settings)]
     return Definitions(
         assets=assets,

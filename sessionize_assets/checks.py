@@ -1,0 +1,125 @@
+"""Asset checks of the time-based branch: deduplication of filtered_events and the accounting
+invariant of daily_aggregates (SPEC section 5)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from dagster import (
+    AssetCheckResult,
+    AssetChecksDefinition,
+    AssetCheckSeverity,
+    MetadataValue,
+    asset_check,
+)
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from sessionize_assets.assets.time_based import TimeBasedTables, partition_counts
+from sessionize_assets.core.filtering import duplicate_event_ids
+from sessionize_assets.core.late_days import accounting_differences
+from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE
+from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.spark import SparkDeltaResource
+from sessionize_assets.resources.tables import read_table
+from sessionize_assets.settings import Settings
+
+EXAMPLES = 20
+
+
+def duplicates_in_filtered_events(
+    spark: SparkSession, tables: TimeBasedTables, dedupe_lookback_days: int
+) -> list[str]:
+    """Copies of an event_id kept within dedupe_lookback_days load days of each other."""
+    filtered = read_table(spark, tables.filtered_events)
+    if filtered is None:
+        return []
+    found = (
+        duplicate_event_ids(filtered, dedupe_lookback_days)
+        .orderBy("event_id", LOAD_DATE)
+        .limit(EXAMPLES)
+    )
+    return [
+        f"event_id {r.event_id} kept in load days {r[LOAD_DATE]} and {r.other_load_date}"
+        for r in found.collect()
+    ]
+
+
+def counted_per_event_day(spark: SparkSession, tables: TimeBasedTables) -> dict:
+    """{event day: (sum of total_events, horizon recorded)} from daily_aggregates."""
+    daily = read_table(spark, tables.daily_aggregates)
+    if daily is None:
+        return {}
+    rows = daily.groupBy(EVENT_DATE).agg(
+        F.sum("total_events").alias("rows"), F.max("_horizon_load_date").alias("horizon")
+    )
+    return {r[EVENT_DATE]: (int(r["rows"] or 0), r["horizon"]) for r in rows.collect()}
+
+
+def accounting_invariant(spark: SparkSession, tables: TimeBasedTables) -> list[str]:
+    """Per event day: rows in filtered_events = rows counted into daily_aggregates + pending."""
+    _, counts = partition_counts(tables.filtered_events)
+    return accounting_differences(counts, counted_per_event_day(spark, tables))
+
+
+def build_checks(settings: Settings) -> list[AssetChecksDefinition]:
+    """`no_duplicate_event_ids` on filtered_events, `accounting_invariant` on daily_aggregates."""
+
+    @asset_check(
+        asset="filtered_events",
+        name="no_duplicate_event_ids",
+        description=(
+            "No event_id is kept twice in filtered_events within any window of "
+            "dedupe_lookback_days load days."
+        ),
+    )
+    def no_duplicate_event_ids(lake: LakeResource, spark: SparkDeltaResource) -> AssetCheckResult:
+        found = duplicates_in_filtered_events(
+            spark.get_session(), TimeBasedTables.at(lake.table), lake.settings.dedupe_lookback_days
+        )
+        return AssetCheckResult(
+            passed=not found,
+            severity=AssetCheckSeverity.ERROR,
+            metadata={
+                "duplicates (first examples)": MetadataValue.json(found),
+                "dedupe_lookback_days": MetadataValue.int(lake.settings.dedupe_lookback_days),
+            },
+        )
+
+    @asset_check(
+        asset="daily_aggregates",
+        name="accounting_invariant",
+        description=(
+            "For every event day: rows in filtered_events = rows counted into daily_aggregates "
+            "+ pending rows (loaded after its horizon)."
+        ),
+    )
+    def accounting_invariant_check(
+        lake: LakeResource, spark: SparkDeltaResource
+    ) -> AssetCheckResult:
+        tables = TimeBasedTables.at(lake.table)
+        session = spark.get_session()
+        differences = accounting_invariant(session, tables)
+        _, counts = partition_counts(tables.filtered_events)
+        counted = counted_per_event_day(session, tables)
+        pending: dict[str, int] = defaultdict(int)
+        for (load_day, event_day), rows in counts.items():
+            horizon = counted.get(event_day, (0, None))[1]
+            if horizon is None or load_day > horizon:
+                pending[event_day.isoformat()] += rows
+        return AssetCheckResult(
+            passed=not differences,
+            severity=AssetCheckSeverity.ERROR,
+            metadata={
+                "differences": MetadataValue.json(differences[:EXAMPLES]),
+                "event days checked": MetadataValue.int(
+                    len({d for (_, d) in counts} | set(counted))
+                ),
+                "pending rows (reported, not a difference)": MetadataValue.int(
+                    sum(pending.values())
+                ),
+                "pending rows per event day": MetadataValue.json(dict(sorted(pending.items()))),
+            },
+        )
+
+    return [no_duplicate_event_ids, accounting_invariant_check]

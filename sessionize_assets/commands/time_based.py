@@ -1,0 +1,530 @@
+"""The time-based branch driven from code (the CLI's run / backfill / verify / status): the
+imperative shell around the assets, through `dagster.materialize` on the instance passed in, so the
+runs are recorded where the UI shows them."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from dagster import AssetSpec, DagsterInstance, materialize
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sessionize_assets.assets.time_based import (
+    TimeBasedState,
+    TimeBasedTables,
+    build_assets,
+    read_state,
+)
+from sessionize_assets.checks import accounting_invariant, duplicates_in_filtered_events
+from sessionize_assets.core import aggregates as agg
+from sessionize_assets.core import attributes as attrs
+from sessionize_assets.core import filtering
+from sessionize_assets.core.load_windows import RunPlan, contiguous_ranges, plan_load_days
+from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE
+from sessionize_assets.jobs import TIME_BASED_LANE
+from sessionize_assets.partitions import daily_partitions
+from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.spark import SparkDeltaResource
+from sessionize_assets.resources.tables import read_table
+from sessionize_assets.settings import Settings
+
+RANGE_START = "dagster/asset_partition_range_start"
+RANGE_END = "dagster/asset_partition_range_end"
+LOAD_DAY_ASSETS = ("filtered_events", "days_to_process")
+
+
+def _days(first: dt.date, last: dt.date) -> list[dt.date]:
+    return [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
+
+
+def _fmt(days: Sequence[dt.date]) -> str:
+    ranges = contiguous_ranges(days, 10**6)
+    return ", ".join(a.isoformat() if a == b else f"{a}..{b}" for a, b in ranges) or "none"
+
+
+class _Runner:
+    """Materializes selections of the branch's assets over partition ranges on one instance."""
+
+    def __init__(self, lake: LakeResource, instance: DagsterInstance) -> None:
+        self.lake = lake
+        self.settings = lake.settings
+        self.instance = instance
+        self.assets = [
+            AssetSpec("events", partitions_def=daily_partitions(self.settings)),
+            *build_assets(self.settings),
+        ]
+        self.resources = {
+            "lake": lake,
+            "spark": SparkDeltaResource(spark_config=dict(self.settings.spark)),
+        }
+        self.run_ids: list[str] = []
+
+    def run(
+        self,
+        selection: Sequence[str],
+        first: dt.date | None = None,
+        last: dt.date | None = None,
+        run_config: dict | None = None,
+    ) -> str:
+        tags = dict(TIME_BASED_LANE)
+        partition_key = None
+        if first is not None and last is not None and first != last:
+            tags |= {RANGE_START: first.isoformat(), RANGE_END: last.isoformat()}
+        elif first is not None:
+            partition_key = first.isoformat()
+        result = materialize(
+            self.assets,
+            selection=list(selection),
+            partition_key=partition_key,
+            instance=self.instance,
+            resources=self.resources,
+            tags=tags,
+            run_config=run_config,
+        )
+        self.run_ids.append(result.run_id)
+        return result.run_id
+
+    def load_days(self, days: Sequence[dt.date], refilter: set[dt.date]) -> None:
+        """filtered_events (where needed) + days_to_process, ascending, at most B days per run."""
+        for first, last in contiguous_ranges(days, self.settings.backfill_limit_days):
+            segment = _days(first, last)
+            # Split where the need changes, so a load day whose filtered_events is current only
+            # gets its decisions redone.
+            start = segment[0]
+            for i, day in enumerate(segment):
+                end_of_segment = i == len(segment) - 1 or (
+                    (segment[i + 1] in refilter) != (day in refilter)
+                )
+                if end_of_segment:
+                    selection = LOAD_DAY_ASSETS if day in refilter else ("days_to_process",)
+                    self.run(selection, start, day)
+                    if i < len(segment) - 1:
+                        start = segment[i + 1]
+
+    def event_days(self, days: Sequence[dt.date], all_loaded_rows: bool = False) -> None:
+        config = {"ops": {"daily_aggregates": {"config": {"all_loaded_rows": all_loaded_rows}}}}
+        for first, last in contiguous_ranges(days, self.settings.backfill_limit_days):
+            self.run(("daily_aggregates",), first, last, run_config=config)
+
+    def finish(self) -> None:
+        self.run(("attributes", "daily_aggregation_manifest"))
+
+
+def _tables(lake: LakeResource) -> TimeBasedTables:
+    return TimeBasedTables.at(lake.table)
+
+
+def _aggregate_outstanding(runner: _Runner, today: dt.date) -> tuple[list[dt.date], list[dt.date]]:
+    """Materialize every outstanding event day that is a partition; (done, waiting)."""
+    outstanding = sorted(read_state(_tables(runner.lake)).outstanding())
+    ready = [d for d in outstanding if d <= today]
+    runner.event_days(ready)
+    return ready, [d for d in outstanding if d > today]
+
+
+# ------------------------------------------------------------------------------------- run
+
+
+@dataclass
+class TimeBasedRunReport:
+    """What `run` did for the time-based branch."""
+
+    plan: RunPlan
+    load_days: list[dt.date] = field(default_factory=list)
+    reached: list[dt.date] = field(default_factory=list)
+    event_days: list[dt.date] = field(default_factory=list)
+    waiting: list[dt.date] = field(default_factory=list)
+    attributes: bool = False
+    run_ids: list[str] = field(default_factory=list)
+
+    @property
+    def state(self) -> str:
+        return self.plan.limits.state.value
+
+    @property
+    def window(self) -> tuple[dt.datetime, dt.datetime]:
+        return self.plan.limits.start, self.plan.limits.end
+
+    @property
+    def nothing_to_do(self) -> bool:
+        return not (self.load_days or self.event_days or self.attributes)
+
+    def lines(self) -> list[str]:
+        out = ["Time-based branch:", *("  " + line for line in self.plan.lines())]
+        if self.reached:
+            out.append(
+                f"  Later load days redone (their duplicates were reached): {_fmt(self.reached)}"
+            )
+        if self.event_days:
+            out.append(f"  daily_aggregates (re)computed for event days: {_fmt(self.event_days)}")
+        if self.waiting:
+            out.append(
+                f"  Event days decided but not yet partitions (clock skew): {_fmt(self.waiting)}"
+            )
+        if self.attributes:
+            out.append("  attributes and daily_aggregation_manifest recomputed.")
+        out.append(f"  Dagster runs: {len(self.run_ids)}")
+        return out
+
+
+def run_time_based(
+    lake: LakeResource, spark: SparkSession | None, instance: DagsterInstance
+) -> TimeBasedRunReport:
+    """Process what is pending, as the sensors would, within the run limits: the pending load days
+    in order (at most backfill_limit_days + 1), then the event days they decided, then attributes.
+
+    `spark` is the session the runs share (the assets get it through the `spark` resource).
+    """
+    del spark  # the SparkDeltaResource reuses the process's active session
+    settings, now = lake.settings, lake.current_time()
+    runner = _Runner(lake, instance)
+    state = read_state(_tables(lake))
+    plan = plan_load_days(
+        state.run_limits(settings, now),
+        state.pending_load_days(settings.start_date),
+        settings.backfill_limit_days,
+        now,
+    )
+    report = TimeBasedRunReport(plan=plan)
+    refilter = set(state.pending_filtered())
+    known = set(state.pending_load_days(settings.start_date))
+    runner.load_days(plan.load_days, refilter)
+    report.load_days = list(plan.load_days)
+    # A change to a load day can reach later, processed load days through duplicates: redo them.
+    for _ in range(3):
+        if not plan.load_days:
+            break
+        state = read_state(_tables(lake))
+        reach_end = plan.load_days[-1] + dt.timedelta(days=settings.dedupe_lookback_days)
+        reached = [
+            d
+            for d in state.pending_load_days(settings.start_date)
+            if d not in known and plan.load_days[0] < d <= reach_end and midnight_before(d, now)
+        ]
+        if not reached:
+            break
+        runner.load_days(reached, set(state.pending_filtered()))
+        report.reached += reached
+        known |= set(reached)
+    report.event_days, report.waiting = _aggregate_outstanding(runner, now.date())
+    state = read_state(_tables(lake))
+    if report.load_days or report.event_days or state.attributes_stale(now.date()):
+        if state.daily_aggregates_version is not None:
+            runner.finish()
+            report.attributes = True
+    report.run_ids = runner.run_ids
+    return report
+
+
+def midnight_before(day: dt.date, now: dt.datetime) -> bool:
+    """The load day has started by `now`."""
+    return dt.datetime.combine(day, dt.time.min, tzinfo=dt.UTC) < now
+
+
+# -------------------------------------------------------------------------------- backfill
+
+
+@dataclass
+class TimeBasedBackfillReport:
+    """What `backfill --start --end` did for the time-based branch."""
+
+    start: dt.date
+    end: dt.date
+    load_day_runs: list[tuple[dt.date, dt.date]] = field(default_factory=list)
+    reached: list[dt.date] = field(default_factory=list)
+    event_days: list[dt.date] = field(default_factory=list)
+    waiting: list[dt.date] = field(default_factory=list)
+    attributes: bool = False
+    run_ids: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        out = [f"Time-based backfill of load days {self.start} .. {self.end} (inclusive):"]
+        for first, last in self.load_day_runs:
+            out.append(
+                f"  filtered_events + days_to_process re-materialized for {_fmt(_days(first, last))}"
+            )
+        if self.reached:
+            out.append(
+                f"  Later load days redone (their duplicates were reached): {_fmt(self.reached)}"
+            )
+        out.append(f"  daily_aggregates (re)computed for event days: {_fmt(self.event_days)}")
+        if self.waiting:
+            out.append(
+                f"  Event days decided but not yet partitions (clock skew): {_fmt(self.waiting)}"
+            )
+        if self.attributes:
+            out.append("  attributes and daily_aggregation_manifest recomputed.")
+        out.append(
+            f"  Dagster runs: {len(self.run_ids)} (at most backfill_limit_days partitions each)"
+        )
+        return out
+
+
+def backfill_time_based(
+    start: dt.date,
+    end: dt.date,
+    lake: LakeResource,
+    spark: SparkSession | None,
+    instance: DagsterInstance,
+) -> TimeBasedBackfillReport:
+    """Re-materialize load days start .. end (inclusive) and everything they affect downstream:
+    later load days their duplicates reach, the event days they decide, attributes."""
+    del spark
+    settings, now = lake.settings, lake.current_time()
+    if end < start:
+        raise ValueError(f"end {end} is before start {start}")
+    first = max(start, settings.start_date)
+    last = min(end, now.date())
+    report = TimeBasedBackfillReport(start=start, end=end)
+    runner = _Runner(lake, instance)
+    days = _days(first, last) if first <= last else []
+    runner.load_days(days, set(days))
+    report.load_day_runs = contiguous_ranges(days, settings.backfill_limit_days)
+    if days:
+        reach_end = last + dt.timedelta(days=settings.dedupe_lookback_days)
+        state = read_state(_tables(lake))
+        reached = [
+            d
+            for d in state.pending_load_days(settings.start_date)
+            if last < d <= reach_end and d <= now.date()
+        ]
+        runner.load_days(reached, set(state.pending_filtered()))
+        report.reached = reached
+    report.event_days, report.waiting = _aggregate_outstanding(runner, now.date())
+    if read_state(_tables(lake)).daily_aggregates_version is not None:
+        runner.finish()
+        report.attributes = True
+    report.run_ids = runner.run_ids
+    return report
+
+
+# ---------------------------------------------------------------------------------- verify
+
+
+@dataclass
+class TimeBasedVerifyReport:
+    """Differences between the stored tables and a recompute, and what is pending (not a difference)."""
+
+    differences: list[str] = field(default_factory=list)
+    pending_rows: dict[str, int] = field(default_factory=dict)
+    pending_load_days: list[dt.date] = field(default_factory=list)
+    event_days_checked: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+    def lines(self) -> list[str]:
+        out = [
+            f"Time-based branch: {self.event_days_checked} event days checked, "
+            f"{len(self.differences)} difference(s)."
+        ]
+        out += [f"  DIFFERENCE {d}" for d in self.differences]
+        if self.pending_rows:
+            out.append(
+                f"  Pending (not a difference): {sum(self.pending_rows.values())} rows in "
+                f"{len(self.pending_rows)} event days: "
+                + ", ".join(f"{d}: {n}" for d, n in sorted(self.pending_rows.items()))
+            )
+        if self.pending_load_days:
+            out.append(
+                f"  Load days not processed yet (not a difference): {_fmt(self.pending_load_days)}"
+            )
+        return out
+
+
+def _compare(stored: DataFrame, recomputed: DataFrame, key: str) -> dict:
+    """{key value: (rows only in stored, rows only in the recompute)} where they differ."""
+    a, b = agg.comparable(stored), agg.comparable(recomputed.select(*stored.columns))
+    only_stored = a.exceptAll(b).groupBy(key).count()
+    only_new = b.exceptAll(a).groupBy(key).count()
+    out: dict = {}
+    for r in only_stored.collect():
+        out.setdefault(r[key], [0, 0])[0] = r["count"]
+    for r in only_new.collect():
+        out.setdefault(r[key], [0, 0])[1] = r["count"]
+    return out
+
+
+def verify_time_based(lake: LakeResource, spark: SparkSession) -> TimeBasedVerifyReport:
+    """Recompute filtered_events, each event day of daily_aggregates up to its horizon and
+    attributes from scratch (in memory: nothing in the lake is written), compare row by row, and
+    check the accounting invariant. Pending rows are reported, not treated as differences."""
+    settings, tables = lake.settings, _tables(lake)
+    state = read_state(tables)
+    report = TimeBasedVerifyReport(pending_load_days=state.pending_load_days(settings.start_date))
+    report.differences += [f"accounting: {d}" for d in accounting_invariant(spark, tables)]
+    report.differences += [
+        f"filtered_events: {d}"
+        for d in duplicates_in_filtered_events(spark, tables, settings.dedupe_lookback_days)
+    ]
+    report.differences += _verify_filtered_events(spark, tables, settings, state)
+    report.differences += _verify_aggregates_and_attributes(
+        spark, tables, settings, state, lake.current_time().date()
+    )
+    for row in state.manifest():
+        if row.pending:
+            report.pending_rows[row.event_date.isoformat()] = row.pending
+    report.event_days_checked = len(state.manifest())
+    return report
+
+
+def _verify_filtered_events(
+    spark: SparkSession, tables: TimeBasedTables, settings: Settings, state: TimeBasedState
+) -> list[str]:
+    """filtered_events of every processed, up-to-date load day equals a recompute from events."""
+    current = sorted(set(state.accounting) - set(state.pending_filtered()))
+    events, stored = read_table(spark, tables.events), read_table(spark, tables.filtered_events)
+    if not current or events is None or stored is None:
+        return []
+    rows = events.filter(F.col(LOAD_DATE).isin(current))
+    marked = filtering.mark_rows(
+        rows,
+        events,
+        settings.dedupe_lookback_days,
+        settings.app_ids,
+        settings.event_names,
+        settings.start_date,
+    )
+    key_cols = [LOAD_DATE, EVENT_DATE, "event_id", "_row_hash"]
+    recomputed = filtering.kept_rows(marked).select(*key_cols)
+    mine = stored.filter(F.col(LOAD_DATE).isin(current)).select(*key_cols)
+    return [
+        f"filtered_events load day {day}: {a} stored rows not in a recompute, {b} recomputed rows not stored"
+        for day, (a, b) in sorted(_compare(mine, recomputed, LOAD_DATE).items())
+    ]
+
+
+def _verify_aggregates_and_attributes(
+    spark: SparkSession,
+    tables: TimeBasedTables,
+    settings: Settings,
+    state: TimeBasedState,
+    today: dt.date,
+) -> list[str]:
+    out: list[str] = []
+    stored = read_table(spark, tables.daily_aggregates)
+    filtered = read_table(spark, tables.filtered_events)
+    if stored is None or filtered is None:
+        return out
+    horizons = {d: a.horizon for d, a in state.aggregated.items() if a.horizon is not None}
+    recorded = {
+        r[EVENT_DATE]: r["h"]
+        for r in stored.groupBy(EVENT_DATE).agg(F.max("_horizon_load_date").alias("h")).collect()
+    }
+    for day, horizon in sorted(recorded.items()):
+        if horizons.get(day) != horizon:
+            out.append(
+                f"daily_aggregates {day}: rows say horizon {horizon}, daily_aggregate_horizons says {horizons.get(day)}"
+            )
+    horizon_df = spark.createDataFrame(
+        sorted(horizons.items()), f"{EVENT_DATE} date, _horizon_load_date date"
+    )
+    rows = filtered.join(F.broadcast(horizon_df), on=EVENT_DATE).filter(
+        F.col(LOAD_DATE) <= F.col("_horizon_load_date")
+    )
+    recomputed = agg.daily_aggregates(rows, settings.user_identifier, settings.attributes)
+    columns = [c for c in recomputed.columns]
+    for day, (a, b) in sorted(_compare(stored.select(*columns), recomputed, EVENT_DATE).items()):
+        out.append(
+            f"daily_aggregates {day}: {a} stored rows differ from a recompute up to horizon "
+            f"{horizons.get(day)} ({b} recomputed rows not stored)"
+        )
+    stored_attributes = read_table(spark, tables.attributes)
+    if stored_attributes is None:
+        out.append("attributes: the table does not exist although daily_aggregates does")
+        return out
+    as_of_text = state.attributes_source.get("as_of")
+    as_of = dt.date.fromisoformat(as_of_text) if as_of_text else today
+    expected = attrs.attributes(
+        recomputed, as_of, settings.attribute_windows_days, settings.attributes
+    )
+    if sorted(expected.columns) != sorted(stored_attributes.columns):
+        out.append(
+            "attributes: columns differ from a recompute (settings changed since it was computed?)"
+        )
+        return out
+    diff = _compare(
+        stored_attributes.withColumn("_all", F.lit(1)),
+        expected.withColumn("_all", F.lit(1)),
+        "_all",
+    )
+    for _, (a, b) in diff.items():
+        out.append(
+            f"attributes (as of {as_of}): {a} stored rows differ from a recompute ({b} recomputed rows not stored)"
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------- status
+
+
+@dataclass
+class TimeBasedStatusReport:
+    """Run-limit state and window, pending and skipped days, event days awaiting aggregation."""
+
+    plan: RunPlan
+    pending_filtered: list[dt.date]
+    pending_decisions: list[dt.date]
+    outstanding: list[dt.date]
+    manifest: list
+    attributes_stale: bool
+
+    def lines(self) -> list[str]:
+        limits = self.plan.limits
+        out = [
+            "Time-based branch:",
+            f"  State: {limits.state.value}; next window [{limits.start.isoformat()}, {limits.end.isoformat()})",
+            f"  Load days with new data for filtered_events: {_fmt(self.pending_filtered)}",
+            f"  Load days whose days_to_process is behind: {_fmt(self.pending_decisions)}",
+            f"  Next run takes load days: {_fmt(self.plan.load_days)}"
+            + (f" (then {len(self.plan.deferred)} more wait)" if self.plan.deferred else ""),
+            f"  Event days awaiting daily_aggregates: {_fmt(self.outstanding)}",
+        ]
+        pending = [r for r in self.manifest if r.pending]
+        skipped = [r for r in self.manifest if r.rows_skipped_so_far]
+        out.append(
+            f"  Event days with pending rows: {len(pending)} ({sum(r.pending for r in pending)} rows)"
+        )
+        for r in pending:
+            out.append(
+                f"    {r.event_date}: {r.pending} pending, {r.rows_aggregated} aggregated, horizon "
+                f"{r.horizon}, skipped so far {r.rows_skipped_so_far}"
+            )
+        out.append(
+            f"  Event days with skipped rows so far: {len(skipped)} "
+            f"({sum(r.rows_skipped_so_far for r in skipped)} rows)"
+        )
+        unaccounted = [r.event_date.isoformat() for r in self.manifest if not r.accounted]
+        if unaccounted:
+            out.append(
+                f"  Event days whose aggregate is behind filtered_events: {', '.join(unaccounted)}"
+            )
+        if self.attributes_stale:
+            out.append(
+                "  attributes is older than daily_aggregates or today: the next run recomputes it."
+            )
+        return out
+
+
+def status_time_based(lake: LakeResource) -> TimeBasedStatusReport:
+    """The branch's state from the lake (no Spark)."""
+    settings, now = lake.settings, lake.current_time()
+    state = read_state(_tables(lake))
+    plan = plan_load_days(
+        state.run_limits(settings, now),
+        state.pending_load_days(settings.start_date),
+        settings.backfill_limit_days,
+        now,
+    )
+    return TimeBasedStatusReport(
+        plan=plan,
+        pending_filtered=state.pending_filtered(),
+        pending_decisions=state.pending_decisions(),
+        outstanding=sorted(state.outstanding()),
+        manifest=state.manifest(),
+        attributes_stale=state.attributes_stale(now.date()),
+    )

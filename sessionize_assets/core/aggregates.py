@@ -1,0 +1,153 @@
+"""`daily_aggregates` for event days (SPEC section 5), DataFrame -> DataFrame.
+
+One row per (user, event day), computed in full from the rows of the day that the aggregate counts
+(load day <= horizon). Users whose identifier is null are kept as one row with a null
+`user_identifier`, so the aggregate counts every row and the accounting invariant is exact
+(`attributes` leaves them out).
+
+Schema (stable whatever the data): `user_identifier`, `event_date`, `total_events`, `page_views`,
+`first_event_tstamp`, `last_event_tstamp`, `event_counts` (map event name -> rows: a map rather
+than one column per name, so a new event name never changes the table's schema), then one column
+`attr_<name>` per configured attribute holding that day's partial aggregate, from which
+`attributes` combines any period:
+
+| aggregation | per-day partial `attr_<name>` | combined over days |
+|---|---|---|
+| count | rows (with non-null property, when one is named) | sum |
+| sum | sum of the property as a number | sum |
+| min / max | min / max of the property (numbers, or timestamps for timestamp columns) | min / max |
+| first / last | struct(tstamp, event_id, value) of the earliest / latest row by derived_tstamp | min / max |
+| distinct_list | sorted distinct values | sorted distinct union |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from sessionize_assets.core.schema import EVENT_DATE
+from sessionize_assets.settings import AttributeDefinition
+
+USER_IDENTIFIER = "user_identifier"
+EVENT_COUNTS = "event_counts"
+BASE_COLUMNS: tuple[str, ...] = (
+    USER_IDENTIFIER,
+    EVENT_DATE,
+    "total_events",
+    "page_views",
+    "first_event_tstamp",
+    "last_event_tstamp",
+    EVENT_COUNTS,
+)
+
+
+def attribute_column(definition: AttributeDefinition) -> str:
+    """The daily_aggregates column holding a configured attribute's per-day partial aggregate."""
+    return f"attr_{definition.name}"
+
+
+def user_identifier(df: DataFrame, columns: Sequence[str]) -> Column:
+    """The first non-null of the `user_identifier` columns, as a string."""
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"user_identifier column {missing[0]!r} is not in filtered_events")
+    return F.coalesce(*[F.col(c).cast("string") for c in columns])
+
+
+def _comparable(df: DataFrame, column: str) -> Column:
+    """A property as a value min/max can compare: timestamps, dates and numbers as they are,
+    anything else as a number (values that are not numbers are ignored)."""
+    kind = df.schema[column].dataType
+    if isinstance(kind, T.NumericType | T.TimestampType | T.DateType):
+        return F.col(column)
+    return F.col(column).try_cast("double")
+
+
+def _matches(definition: AttributeDefinition) -> Column:
+    if definition.event_names:
+        return F.col("event_name").isin(list(definition.event_names))
+    return F.lit(True)
+
+
+def partial_aggregate(df: DataFrame, definition: AttributeDefinition) -> Column:
+    """The per-(user, day) partial aggregate of one configured attribute."""
+    keep = _matches(definition)
+    prop = definition.property
+    if prop is not None and prop not in df.columns:
+        raise ValueError(
+            f"attribute {definition.name!r}: property {prop!r} is not in filtered_events"
+        )
+    agg = definition.aggregation
+    if agg == "count":
+        condition = keep if prop is None else keep & F.col(prop).isNotNull()
+        return F.count(F.when(condition, F.lit(1)))
+    assert prop is not None
+    if agg == "sum":
+        return F.sum(F.when(keep, F.col(prop).try_cast("double")))
+    if agg in ("min", "max"):
+        value = F.when(keep, _comparable(df, prop))
+        return F.min(value) if agg == "min" else F.max(value)
+    if agg in ("first", "last"):
+        row = F.struct(
+            F.col("derived_tstamp").alias("tstamp"),
+            F.col("event_id").alias("event_id"),
+            F.col(prop).cast("string").alias("value"),
+        )
+        value = F.when(keep & F.col(prop).isNotNull(), row)
+        return F.min(value) if agg == "first" else F.max(value)
+    if agg == "distinct_list":
+        return F.array_sort(F.collect_set(F.when(keep, F.col(prop).cast("string"))))
+    raise ValueError(f"unknown aggregation {agg!r}")
+
+
+def daily_aggregates(
+    rows: DataFrame,
+    user_identifier_columns: Sequence[str],
+    definitions: Sequence[AttributeDefinition] = (),
+) -> DataFrame:
+    """One row per (user, event day) of `rows` (filtered_events rows, any number of event days)."""
+    user = user_identifier(rows, user_identifier_columns)
+    df = rows.withColumn(USER_IDENTIFIER, user)
+    keys = [USER_IDENTIFIER, EVENT_DATE]
+    per_name = (
+        df.groupBy(*keys, F.coalesce(F.col("event_name"), F.lit("")).alias("_name"))
+        .agg(F.count(F.lit(1)).alias("_rows"))
+        .groupBy(*keys)
+        .agg(
+            F.map_from_entries(F.array_sort(F.collect_list(F.struct("_name", "_rows")))).alias(
+                EVENT_COUNTS
+            )
+        )
+    )
+    main = df.groupBy(*keys).agg(
+        F.count(F.lit(1)).alias("total_events"),
+        F.count(F.when(F.col("event_name") == "page_view", F.lit(1))).alias("page_views"),
+        F.min("derived_tstamp").alias("first_event_tstamp"),
+        F.max("derived_tstamp").alias("last_event_tstamp"),
+        *[partial_aggregate(df, d).alias(attribute_column(d)) for d in definitions],
+    )
+    joined = main.join(per_name, on=[main[k].eqNullSafe(per_name[k]) for k in keys], how="left")
+    return joined.select(
+        *[main[k] for k in keys],
+        "total_events",
+        "page_views",
+        "first_event_tstamp",
+        "last_event_tstamp",
+        per_name[EVENT_COUNTS],
+        *[attribute_column(d) for d in definitions],
+    )
+
+
+def comparable(df: DataFrame) -> DataFrame:
+    """The same rows with map columns as sorted arrays of entries, so that set operations
+    (exceptAll, for row-by-row comparisons) accept them."""
+    cols = [
+        F.array_sort(F.map_entries(F.col(f.name))).alias(f.name)
+        if isinstance(f.dataType, T.MapType)
+        else F.col(f.name)
+        for f in df.schema.fields
+    ]
+    return df.select(*cols)

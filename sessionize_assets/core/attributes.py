@@ -1,0 +1,124 @@
+"""`attributes` from `daily_aggregates` (SPEC section 5), DataFrame -> DataFrame.
+
+Per user (non-null `user_identifier`), over the event days up to and including `as_of`:
+
+- lifetime: `total_events`, `page_views`, `active_days`, `first_event_tstamp`, `last_event_tstamp`,
+  `event_counts` (map event name -> rows);
+- for each N in `attribute_windows_days`: `total_events_last_<N>_days`, `page_views_last_<N>_days`,
+  `active_days_last_<N>_days` over the N event days ending at `as_of` ([as_of - N + 1, as_of]);
+- each configured attribute `<name>`, combined from the per-day partials `attr_<name>` of
+  daily_aggregates over its period (`lifetime` or `last_<N>_days`);
+- `as_of`.
+
+Days after `as_of` are left out, so a replay with an earlier "now" gives what that day saw.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from sessionize_assets.core.aggregates import EVENT_COUNTS, USER_IDENTIFIER, attribute_column
+from sessionize_assets.core.schema import EVENT_DATE
+from sessionize_assets.settings import AttributeDefinition
+
+WINDOWED_METRICS: tuple[str, ...] = ("total_events", "page_views", "active_days")
+LIFETIME_COLUMNS: tuple[str, ...] = (
+    "total_events",
+    "page_views",
+    "active_days",
+    "first_event_tstamp",
+    "last_event_tstamp",
+    EVENT_COUNTS,
+)
+
+
+def window_start(as_of: dt.date, days: int) -> dt.date:
+    """The first event day of the `days` days ending at `as_of` (inclusive)."""
+    return as_of - dt.timedelta(days=days - 1)
+
+
+def attribute_columns(
+    windows: Sequence[int], definitions: Sequence[AttributeDefinition]
+) -> list[str]:
+    """The columns of `attributes`, in order."""
+    cols = [USER_IDENTIFIER, *LIFETIME_COLUMNS]
+    cols += [f"{m}_last_{n}_days" for n in windows for m in WINDOWED_METRICS]
+    cols += [d.name for d in definitions]
+    return [*cols, "as_of"]
+
+
+def _in_period(as_of: dt.date, days: int | None) -> Column:
+    if days is None:
+        return F.lit(True)
+    return F.col(EVENT_DATE) >= F.lit(window_start(as_of, days))
+
+
+def combine(definition: AttributeDefinition, as_of: dt.date) -> Column:
+    """A configured attribute over its period, from the per-day partials."""
+    partial = F.when(_in_period(as_of, definition.period_days), F.col(attribute_column(definition)))
+    agg = definition.aggregation
+    if agg in ("count", "sum"):
+        total = F.sum(partial)
+        return F.coalesce(total, F.lit(0)) if agg == "count" else total
+    if agg in ("min", "first"):
+        value = F.min(partial)
+    elif agg in ("max", "last"):
+        value = F.max(partial)
+    elif agg == "distinct_list":
+        return F.array_sort(F.array_distinct(F.flatten(F.collect_list(partial))))
+    else:
+        raise ValueError(f"unknown aggregation {agg!r}")
+    return value.getField("value") if agg in ("first", "last") else value
+
+
+def attributes(
+    daily: DataFrame,
+    as_of: dt.date,
+    windows: Sequence[int],
+    definitions: Sequence[AttributeDefinition] = (),
+) -> DataFrame:
+    """One row per user from daily aggregates (rows of any event days)."""
+    reserved = set(attribute_columns(windows, ()))
+    clash = [d.name for d in definitions if d.name in reserved]
+    if clash:
+        raise ValueError(
+            f"attribute name {clash[0]!r} is a built-in attributes column: choose another name"
+        )
+    rows = daily.filter(F.col(USER_IDENTIFIER).isNotNull() & (F.col(EVENT_DATE) <= F.lit(as_of)))
+    metrics = [
+        F.sum("total_events").alias("total_events"),
+        F.sum("page_views").alias("page_views"),
+        F.countDistinct(EVENT_DATE).alias("active_days"),
+        F.min("first_event_tstamp").alias("first_event_tstamp"),
+        F.max("last_event_tstamp").alias("last_event_tstamp"),
+    ]
+    for n in windows:
+        recent = F.col(EVENT_DATE) >= F.lit(window_start(as_of, n))
+        metrics += [
+            F.coalesce(F.sum(F.when(recent, F.col("total_events"))), F.lit(0)).alias(
+                f"total_events_last_{n}_days"
+            ),
+            F.coalesce(F.sum(F.when(recent, F.col("page_views"))), F.lit(0)).alias(
+                f"page_views_last_{n}_days"
+            ),
+            F.countDistinct(F.when(recent, F.col(EVENT_DATE))).alias(f"active_days_last_{n}_days"),
+        ]
+    metrics += [combine(d, as_of).alias(d.name) for d in definitions]
+    main = rows.groupBy(USER_IDENTIFIER).agg(*metrics)
+    counts = (
+        rows.select(USER_IDENTIFIER, F.explode(EVENT_COUNTS).alias("_name", "_rows"))
+        .groupBy(USER_IDENTIFIER, "_name")
+        .agg(F.sum("_rows").alias("_rows"))
+        .groupBy(USER_IDENTIFIER)
+        .agg(
+            F.map_from_entries(F.array_sort(F.collect_list(F.struct("_name", "_rows")))).alias(
+                EVENT_COUNTS
+            )
+        )
+    )
+    out = main.join(counts, on=USER_IDENTIFIER, how="left").withColumn("as_of", F.lit(as_of))
+    return out.select(*attribute_columns(windows, definitions))

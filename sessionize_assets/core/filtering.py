@@ -1,0 +1,159 @@
+"""`filtered_events` for one load day (SPEC section 5), DataFrame -> DataFrame.
+
+Every row of the load day gets exactly one outcome, so `rows read = kept + dropped per named rule`:
+
+1. duplicate: another copy of its `event_id` was loaded first -- in an earlier load day within
+   `dedupe_lookback_days` (any raw row there, filtered or not), or earlier in the same load day
+   (ordered by `load_tstamp`, then `collector_tstamp`, then `dvce_created_tstamp`, then `_row_hash`);
+2. app filter: `app_id` not in `app_ids` (when the list is not empty);
+3. event filter: `event_name` not in `event_names` (when the list is not empty);
+4. before start_date: `date(derived_tstamp)` < `start_date`.
+
+The result depends only on what was loaded into the load day and the days before it, never on
+the order in which load days were processed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE, ROW_HASH
+
+DROP_REASON = "_drop_reason"
+DUPLICATE = "duplicate"
+APP_FILTER = "app filter"
+EVENT_FILTER = "event filter"
+BEFORE_START_DATE = "before start_date"
+DROP_REASONS: tuple[str, ...] = (DUPLICATE, APP_FILTER, EVENT_FILTER, BEFORE_START_DATE)
+
+# The tie-break of deduplication within a load day: the copy loaded first wins, then ...
+DEDUPE_ORDER: tuple[str, ...] = ("load_tstamp", "collector_tstamp", "dvce_created_tstamp", ROW_HASH)
+
+
+def lookback_load_days(load_day: dt.date, dedupe_lookback_days: int) -> list[dt.date]:
+    """The earlier load days a load day's duplicates are looked for in, ascending."""
+    return [load_day - dt.timedelta(days=n) for n in range(dedupe_lookback_days, 0, -1)]
+
+
+def mark_rows(
+    load_day_rows: DataFrame,
+    earlier_rows: DataFrame | None,
+    dedupe_lookback_days: int,
+    app_ids: Sequence[str] = (),
+    event_names: Sequence[str] = (),
+    start_date: dt.date | None = None,
+) -> DataFrame:
+    """The rows of one or more load days with `event_date` and `_drop_reason` (null: kept).
+
+    `earlier_rows` are raw events (`load_date`, `event_id` are used) that may hold the copies
+    loaded first: a row of load day L is a duplicate when `earlier_rows` has its `event_id` in a
+    load day in [L - dedupe_lookback_days, L - 1]. Passing the processed load days themselves
+    there too is fine (same-day copies are ranked, not matched). None: no earlier rows.
+    """
+    order = [F.col(c).asc_nulls_last() for c in DEDUPE_ORDER if c in load_day_rows.columns]
+    rank = F.row_number().over(Window.partitionBy(LOAD_DATE, "event_id").orderBy(*order))
+    df = load_day_rows.withColumn("_copy", rank)
+    if earlier_rows is not None and dedupe_lookback_days > 0:
+        seen = earlier_rows.select(F.col(LOAD_DATE).alias("_seen_load_date"), "event_id").distinct()
+        keys = df.select(LOAD_DATE, "event_id").distinct()
+        matched = (
+            keys.join(seen, on="event_id")
+            .filter(
+                (F.col("_seen_load_date") < F.col(LOAD_DATE))
+                & (F.col("_seen_load_date") >= F.date_sub(F.col(LOAD_DATE), dedupe_lookback_days))
+            )
+            .select(LOAD_DATE, "event_id")
+            .distinct()
+            .withColumn("_seen_before", F.lit(True))
+        )
+        df = df.join(matched, on=[LOAD_DATE, "event_id"], how="left")
+    else:
+        df = df.withColumn("_seen_before", F.lit(None).cast("boolean"))
+    df = df.withColumn(EVENT_DATE, F.to_date("derived_tstamp"))
+    reason = F.when(
+        F.coalesce(F.col("_seen_before"), F.lit(False)) | (F.col("_copy") > 1), F.lit(DUPLICATE)
+    )
+    if app_ids:
+        reason = reason.when(
+            ~F.coalesce(F.col("app_id").isin(list(app_ids)), F.lit(False)), APP_FILTER
+        )
+    if event_names:
+        reason = reason.when(
+            ~F.coalesce(F.col("event_name").isin(list(event_names)), F.lit(False)), EVENT_FILTER
+        )
+    if start_date is not None:
+        reason = reason.when(F.col(EVENT_DATE) < F.lit(start_date), BEFORE_START_DATE)
+    columns = [c for c in load_day_rows.columns if c != EVENT_DATE] + [EVENT_DATE]
+    return df.withColumn(DROP_REASON, reason).select(*columns, DROP_REASON)
+
+
+def kept_rows(marked: DataFrame) -> DataFrame:
+    """The rows that go into filtered_events (no drop reason)."""
+    return marked.filter(F.col(DROP_REASON).isNull()).drop(DROP_REASON)
+
+
+def outcome_counts(marked: DataFrame) -> DataFrame:
+    """(load_date, outcome, rows, max_load_tstamp): outcome is `kept` or a drop reason."""
+    outcome = F.coalesce(F.col(DROP_REASON), F.lit("kept"))
+    return marked.groupBy(LOAD_DATE, outcome.alias("outcome")).agg(
+        F.count(F.lit(1)).alias("rows"), F.max("load_tstamp").alias("max_load_tstamp")
+    )
+
+
+def accounting(outcomes: dict[str, int]) -> dict[str, int]:
+    """rows read, kept and dropped per named rule (zeros filled in); read == kept + dropped."""
+    out = {"rows_read": sum(outcomes.values()), "rows_kept": outcomes.get("kept", 0)}
+    for reason in DROP_REASONS:
+        out[f"dropped_{reason.replace(' ', '_')}"] = outcomes.get(reason, 0)
+    unknown = set(outcomes) - {"kept", *DROP_REASONS}
+    if unknown:
+        raise ValueError(f"unknown outcomes {sorted(unknown)}")
+    return out
+
+
+def load_days_reached(
+    changed: DataFrame, later_rows: DataFrame, dedupe_lookback_days: int
+) -> DataFrame:
+    """The later load days that changes to load days reach through duplicates: (load_date).
+
+    `changed` holds (load_date, event_id) of the changed load days' rows, before and after the
+    change. A later load day L' in (L, L + dedupe_lookback_days] that holds a copy of one of L's
+    `event_id`s dedupes against L, so its filtered_events must be redone.
+    """
+    sources = changed.select(F.col(LOAD_DATE).alias("_source_load_date"), "event_id").distinct()
+    return (
+        later_rows.select(LOAD_DATE, "event_id")
+        .join(sources, on="event_id")
+        .filter(
+            (F.col(LOAD_DATE) > F.col("_source_load_date"))
+            & (F.col(LOAD_DATE) <= F.date_add(F.col("_source_load_date"), dedupe_lookback_days))
+        )
+        .select(LOAD_DATE)
+        .distinct()
+    )
+
+
+def duplicate_event_ids(filtered: DataFrame, dedupe_lookback_days: int) -> DataFrame:
+    """Copies of one `event_id` kept in filtered_events within `dedupe_lookback_days` load days of
+    each other (the same load day included): (event_id, load_date, other_load_date), with
+    load_date <= other_load_date. Empty when the deduplication holds."""
+    per_day = filtered.groupBy("event_id", LOAD_DATE).agg(F.count(F.lit(1)).alias("copies"))
+    repeated = per_day.groupBy("event_id").agg(F.sum("copies").alias("n")).filter(F.col("n") > 1)
+    days = per_day.join(repeated.select("event_id"), on="event_id", how="left_semi")
+    same_day = days.filter(F.col("copies") > 1).select(
+        "event_id", LOAD_DATE, F.col(LOAD_DATE).alias("other_load_date")
+    )
+    other = days.select("event_id", F.col(LOAD_DATE).alias("other_load_date"))
+    across = (
+        days.join(other, on="event_id")
+        .filter(
+            (F.col("other_load_date") > F.col(LOAD_DATE))
+            & (F.datediff(F.col("other_load_date"), F.col(LOAD_DATE)) <= dedupe_lookback_days)
+        )
+        .select("event_id", LOAD_DATE, "other_load_date")
+    )
+    return same_day.unionByName(across)

@@ -1,0 +1,463 @@
+"""The time-based assets through `dagster.materialize` on real Delta tables in temporary homes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import yaml
+from dagster import AssetKey, AssetRecordsFilter, AssetSpec, DagsterInstance, materialize
+from deltalake import write_deltalake
+
+from sessionize_assets.assets.time_based import (
+    AccountingRecord,
+    TimeBasedState,
+    TimeBasedTables,
+    build_assets,
+    files_in,
+    is_keyhole_run,
+    read_state,
+)
+from sessionize_assets.checks import (
+    accounting_invariant,
+    build_checks,
+    duplicates_in_filtered_events,
+)
+from sessionize_assets.partitions import daily_partitions
+from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.spark import SparkDeltaResource
+from sessionize_assets_tests.core.test_filtering import EVENTS_SCHEMA, event
+
+SETTINGS = {
+    "start_date": "2024-03-01",
+    "min_rows_to_process": 2,
+    "reprocess_days": 2,
+    "dedupe_lookback_days": 1,
+    "backfill_limit_days": 5,
+}
+NOW = "2024-03-06T12:00:00+00:00"
+
+
+def day(n: int) -> dt.date:
+    return dt.date(2024, 3, n)
+
+
+def make_lake(home: Path, now: str = NOW, **overrides: Any) -> LakeResource:
+    """A home folder with a settings file, and its lake resource."""
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "sessionize.yaml"
+    config.write_text(yaml.safe_dump({**SETTINGS, **overrides}))
+    return LakeResource(home=str(home), config_file=str(config), now=now)
+
+
+def tables_of(lake: LakeResource) -> TimeBasedTables:
+    return TimeBasedTables.at(lake.table)
+
+
+def append_events(spark, lake: LakeResource, rows: Iterable[Mapping[str, Any]]) -> None:
+    """Land rows into the `events` table as a loader would: one commit, partitioned by load_date
+    (written with delta-rs: fast, and any Delta writer is a valid source of `events`)."""
+    del spark
+    rows = list(rows)
+    columns = EVENTS_SCHEMA.fieldNames()
+    fields = []
+    for name in columns:
+        kind = EVENTS_SCHEMA[name].dataType.typeName()
+        fields.append(
+            pa.field(
+                name,
+                {"timestamp": pa.timestamp("us", tz="UTC"), "date": pa.date32()}.get(
+                    kind, pa.string()
+                ),
+            )
+        )
+    schema = pa.schema(fields)
+    write_deltalake(
+        lake.table("events"),
+        pa.Table.from_pylist([{c: r.get(c) for c in columns} for r in rows], schema=schema),
+        mode="append",
+        partition_by=["load_date"],
+    )
+
+
+def materialize_time_based(
+    lake: LakeResource,
+    instance: DagsterInstance,
+    selection: list[str],
+    first: dt.date | None = None,
+    last: dt.date | None = None,
+    run_config: dict | None = None,
+    with_checks: bool = False,
+):
+    settings = lake.settings
+    assets = [
+        AssetSpec("events", partitions_def=daily_partitions(settings)),
+        *build_assets(settings),
+    ]
+    if with_checks:
+        assets += build_checks(settings)
+    tags = {}
+    key = None
+    if first and last and first != last:
+        tags = {
+            "dagster/asset_partition_range_start": first.isoformat(),
+            "dagster/asset_partition_range_end": last.isoformat(),
+        }
+    elif first:
+        key = first.isoformat()
+    return materialize(
+        assets,
+        selection=selection,
+        partition_key=key,
+        instance=instance,
+        resources={"lake": lake, "spark": SparkDeltaResource()},
+        tags=tags,
+        run_config=run_config,
+    )
+
+
+ROWS = [
+    # load day 03-01: two on-time events, one before start_date
+    event("a", "2024-03-01T10:00:00", user="u1"),
+    event("b", "2024-03-01T11:00:00", "2024-03-01T10:59:00", user="u2"),
+    event("old", "2024-03-01T11:00:00", "2024-02-28T10:00:00"),
+    # load day 03-02: on time, one late row (03-01), a copy of `a`, a same-day copy of `c`
+    event("c", "2024-03-02T10:00:00", user="u1"),
+    event("c", "2024-03-02T10:30:00", "2024-03-02T10:00:00", user="u1"),
+    event("d", "2024-03-02T10:00:00", "2024-03-01T09:00:00", user="u2"),
+    event("a", "2024-03-02T11:00:00", "2024-03-01T10:00:00", user="u1"),
+    # load day 03-03: two rows 2 days late (03-01 reaches min_rows_to_process with d)
+    event("e", "2024-03-03T10:00:00", "2024-03-01T09:00:00", user="u1", name="link_click"),
+    event("f", "2024-03-03T10:00:00", "2024-03-01T09:30:00", user="u3"),
+    # load day 03-05: 4 days late (> reprocess_days): skipped, stays pending
+    event("h", "2024-03-05T10:00:00", "2024-03-01T12:00:00", user="u3"),
+]
+
+
+@pytest.fixture(scope="module")
+def scenario(spark, tmp_path_factory):
+    """Load days 03-01 .. 03-05 in one range run, then the decided event days, then attributes."""
+    lake = make_lake(tmp_path_factory.mktemp("time_based") / "home")
+    append_events(spark, lake, ROWS)
+    instance = DagsterInstance.ephemeral()
+    load = materialize_time_based(
+        lake, instance, ["filtered_events", "days_to_process"], day(1), day(5)
+    )
+    outstanding = sorted(read_state(tables_of(lake)).outstanding())
+    aggregate = materialize_time_based(
+        lake, instance, ["daily_aggregates"], outstanding[0], outstanding[-1]
+    )
+    finish = materialize_time_based(lake, instance, ["attributes", "daily_aggregation_manifest"])
+    return {
+        "lake": lake,
+        "instance": instance,
+        "runs": (load, aggregate, finish),
+        "outstanding": outstanding,
+    }
+
+
+def read(spark, lake: LakeResource, name: str):
+    return spark.read.format("delta").load(lake.table(name))
+
+
+def test_filtered_events_keeps_deduplicated_filtered_rows_per_load_day(spark, scenario) -> None:
+    lake = scenario["lake"]
+    assert all(r.success for r in scenario["runs"])
+    kept = sorted(
+        (r.load_date.day, r.event_id, r.event_date.day)
+        for r in read(spark, lake, "filtered_events").collect()
+    )
+    assert kept == [
+        (1, "a", 1),
+        (1, "b", 1),
+        (2, "c", 2),
+        (2, "d", 1),
+        (3, "e", 1),
+        (3, "f", 1),
+        (5, "h", 1),
+    ]
+    acc = {r.load_date.day: r for r in read(spark, lake, "filtered_events_accounting").collect()}
+    assert set(acc) == {1, 2, 3, 5}  # the empty load day 03-04 is done without a row
+    assert (acc[1].rows_read, acc[1].rows_kept, acc[1].dropped_before_start_date) == (3, 2, 1)
+    assert (acc[2].rows_read, acc[2].rows_kept, acc[2].dropped_duplicate) == (4, 2, 2)
+    for r in acc.values():
+        dropped = (
+            r.dropped_duplicate
+            + r.dropped_app_filter
+            + r.dropped_event_filter
+            + r.dropped_before_start_date
+        )
+        assert r.rows_read == r.rows_kept + dropped
+    assert not duplicates_in_filtered_events(spark, tables_of(lake), 1)
+
+
+def test_reading_one_event_day_or_one_load_day_prunes_files(spark, scenario) -> None:
+    lake = scenario["lake"]
+    path = lake.table("filtered_events")
+    event_day_files, total = files_in(path, "event_date", [day(2)])
+    load_day_files, _ = files_in(path, "load_date", [day(3)])
+    assert (event_day_files, load_day_files, total) == (1, 1, 5)
+    one_event_day = read(spark, lake, "filtered_events").filter(f"event_date = DATE'{day(1)}'")
+    assert len(one_event_day.inputFiles()) == files_in(path, "event_date", [day(1)])[0] == 4
+    one_load_day = read(spark, lake, "filtered_events").filter(f"load_date = DATE'{day(2)}'")
+    assert len(one_load_day.inputFiles()) == 2
+
+
+def test_days_to_process_decides_each_load_day_in_order(spark, scenario) -> None:
+    rows = sorted(
+        (r.load_date.day, r.event_date.day, r.rows, r.pending, r.decision)
+        for r in read(spark, scenario["lake"], "days_to_process").collect()
+    )
+    assert rows == [
+        (1, 1, 2, 2, "process"),
+        (2, 1, 1, 1, "skip"),  # late by 1 day, 1 pending row < min_rows_to_process 2
+        (2, 2, 1, 1, "process"),
+        (3, 1, 2, 3, "process"),  # late by 2 days, 3 pending rows
+        (5, 1, 1, 1, "skip"),  # late by 4 days > reprocess_days
+    ]
+    assert scenario["outstanding"] == [day(1), day(2)]
+
+
+def test_daily_aggregates_count_rows_up_to_the_horizon(spark, scenario) -> None:
+    lake = scenario["lake"]
+    got = {
+        (r.user_identifier, r.event_date.day): r
+        for r in read(spark, lake, "daily_aggregates").collect()
+    }
+    assert {k: v.total_events for k, v in got.items()} == {
+        ("u1", 1): 2,
+        ("u2", 1): 2,
+        ("u3", 1): 1,  # h (loaded 03-05) is pending
+        ("u1", 2): 1,
+    }
+    assert got[("u1", 1)].event_counts == {"page_view": 1, "link_click": 1}
+    assert {v._horizon_load_date for k, v in got.items() if k[1] == 1} == {day(3)}
+    state = read_state(tables_of(lake))
+    manifest = {r.event_date: r for r in state.manifest()}
+    assert (
+        manifest[day(1)].rows_aggregated,
+        manifest[day(1)].pending,
+        manifest[day(1)].rows_skipped_so_far,
+    ) == (5, 1, 2)
+    assert manifest[day(1)].horizon == day(3) and all(r.accounted for r in manifest.values())
+    assert not state.outstanding()
+    assert accounting_invariant(spark, tables_of(lake)) == []
+    stored_manifest = {
+        r.event_date: r for r in read(spark, lake, "daily_aggregation_manifest").collect()
+    }
+    assert stored_manifest[day(1)].pending == 1 and stored_manifest[day(2)].pending == 0
+
+
+def test_attributes_are_recomputed_from_daily_aggregates(spark, scenario) -> None:
+    lake = scenario["lake"]
+    got = {r.user_identifier: r for r in read(spark, lake, "attributes").collect()}
+    assert set(got) == {"u1", "u2", "u3"}
+    assert (got["u1"].total_events, got["u1"].active_days, got["u1"].total_events_last_7_days) == (
+        3,
+        2,
+        3,
+    )
+    assert got["u1"].as_of == day(6)
+    assert read_state(tables_of(lake)).attributes_stale(day(6)) is False
+    assert read_state(tables_of(lake)).attributes_stale(day(7)) is True
+
+
+def latest_metadata(instance: DagsterInstance, asset: str, partition: str | None = None) -> dict:
+    records = instance.fetch_materializations(
+        AssetRecordsFilter(
+            asset_key=AssetKey(asset), asset_partitions=[partition] if partition else None
+        ),
+        limit=1,
+    ).records
+    return {k: v.value for k, v in records[0].asset_materialization.metadata.items()}
+
+
+def test_every_materialization_carries_metadata(scenario) -> None:
+    instance = scenario["instance"]
+    filtered = latest_metadata(instance, "filtered_events", "2024-03-02")
+    assert filtered["rows read"] == 10 and filtered["rows written"] == 7
+    assert filtered["run state"] == "first run" and filtered["run window"].startswith(
+        "[2024-03-01T00:00:00"
+    )
+    assert filtered["time taken (s)"] >= 0
+    decided = latest_metadata(instance, "days_to_process", "2024-03-05")
+    assert decided["event days processed"] == 2 and decided["event days skipped"] == 1
+    assert decided["skipped event days (pending rows)"] == {"2024-03-01": 1}
+    assert decided["daily_aggregates partitions requested"] == ["2024-03-01", "2024-03-02"]
+    aggregated = latest_metadata(instance, "daily_aggregates", "2024-03-01")
+    assert aggregated["rows counted per event day"] == {"2024-03-01": 5, "2024-03-02": 1}
+    assert aggregated["pending rows after (not counted yet)"]["2024-03-01"] == 1
+    assert aggregated["filtered_events files read"] == 5  # the 4 files of 03-01 and 1 of 03-02
+    assert latest_metadata(instance, "attributes")["rows written"] == 3
+    assert latest_metadata(instance, "daily_aggregation_manifest")["pending rows"] == 1
+
+
+def clone(scenario, tmp_path: Path) -> tuple[LakeResource, DagsterInstance]:
+    """A copy of the scenario's home (its Delta tables) with a fresh Dagster instance."""
+    source = Path(scenario["lake"].home)
+    shutil.copytree(source, tmp_path / "home")
+    lake = make_lake(tmp_path / "home")
+    return lake, DagsterInstance.ephemeral()
+
+
+def test_rerun_replaces_exactly_its_load_day_and_keyhole_repair_clears_pending(
+    spark, scenario, tmp_path
+) -> None:
+    lake, instance = clone(scenario, tmp_path)
+    path = lake.table("filtered_events")
+    before = {r["load_date"]: sorted(r["paths"]) for r in _files_by_load_day(path)}
+    result = materialize_time_based(lake, instance, ["filtered_events", "days_to_process"], day(2))
+    assert result.success
+    after = {r["load_date"]: sorted(r["paths"]) for r in _files_by_load_day(path)}
+    assert {d: p for d, p in after.items() if d != day(2)} == {
+        d: p for d, p in before.items() if d != day(2)
+    }
+    assert after[day(2)] != before[day(2)]  # rewritten, with the same rows
+    assert read(spark, lake, "filtered_events").count() == 7
+    # Load day 03-02 was counted into event day 03-01 (horizon 03-03): re-run, so re-aggregate.
+    state = read_state(tables_of(lake))
+    assert sorted(state.outstanding()) == [day(1), day(2)]
+    assert accounting_invariant(spark, tables_of(lake)) == []
+    # Keyhole repair: event day 03-01 with every row loaded so far (clears its pending row).
+    config = {"ops": {"daily_aggregates": {"config": {"all_loaded_rows": True}}}}
+    repair = materialize_time_based(
+        lake, instance, ["daily_aggregates"], day(1), run_config=config, with_checks=True
+    )
+    assert repair.success
+    state = read_state(tables_of(lake))
+    row = {r.event_date: r for r in state.manifest()}[day(1)]
+    assert (row.horizon, row.rows_aggregated, row.pending) == (day(5), 6, 0)
+    # The accounting check ran with the materialization, and holds.
+    (check,) = repair.get_asset_check_evaluations()
+    assert check.check_name == "accounting_invariant" and check.passed
+    assert latest_metadata(instance, "daily_aggregates", "2024-03-01")["mode"].startswith("keyhole")
+
+
+def _files_by_load_day(path: str) -> list[dict]:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    actions = pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pylist()
+    out: dict = {}
+    for a in actions:
+        out.setdefault(a["partition.load_date"], []).append(a["path"])
+    return [{"load_date": k, "paths": v} for k, v in out.items()]
+
+
+def test_a_late_load_into_an_earlier_load_day_reaches_later_load_days(
+    spark, scenario, tmp_path
+) -> None:
+    lake, instance = clone(scenario, tmp_path)
+    # A copy of `c` (kept in load day 03-02) lands late into load day 03-01: 03-01 is loaded first.
+    append_events(
+        spark, lake, [event("c", "2024-03-01T23:00:00", "2024-03-01T22:00:00", user="u1")]
+    )
+    state = read_state(tables_of(lake))
+    assert state.pending_load_days() == [day(1)]
+    assert materialize_time_based(
+        lake, instance, ["filtered_events", "days_to_process"], day(1)
+    ).success
+    state = read_state(tables_of(lake))
+    assert state.pending_filtered() == [day(2)]  # reached through the duplicate
+    assert latest_metadata(instance, "filtered_events", "2024-03-01")[
+        "later load days reached by duplicates (marked pending)"
+    ] == ["2024-03-02"]
+    assert materialize_time_based(
+        lake, instance, ["filtered_events", "days_to_process"], day(2)
+    ).success
+    state = read_state(tables_of(lake))
+    assert state.pending_load_days() == []
+    kept_c = [
+        (r.load_date, r.event_date)
+        for r in read(spark, lake, "filtered_events").filter("event_id = 'c'").collect()
+    ]
+    assert kept_c == [(day(1), day(1))]
+    assert not duplicates_in_filtered_events(spark, tables_of(lake), 1)
+    # Event day 03-02 lost its only row: it was counted (horizon 03-02), so it is re-aggregated.
+    assert sorted(state.outstanding()) == [day(1), day(2)]
+    assert materialize_time_based(lake, instance, ["daily_aggregates"], day(1), day(2)).success
+    assert accounting_invariant(spark, tables_of(lake)) == []
+    assert (
+        read(spark, lake, "daily_aggregates").filter("event_date = DATE'2024-03-02'").count() == 0
+    )
+
+
+@pytest.mark.parametrize(
+    ("tags", "configured", "expected"),
+    [
+        ({}, None, False),
+        ({"dagster/backfill": "abc"}, None, True),
+        ({"dagster/backfill": "abc", "sessionize/requested_by": "late_days_sensor"}, None, False),
+        ({"dagster/backfill": "abc"}, False, False),
+        ({}, True, True),
+    ],
+)
+def test_keyhole_runs(tags, configured, expected) -> None:
+    assert is_keyhole_run(tags, configured) is expected
+
+
+def test_pending_load_days_and_last_success_from_the_state() -> None:
+    def account(n: int, fingerprint: str, kept: int, materialization: str) -> AccountingRecord:
+        loaded = dt.datetime(2024, 3, n, 20, tzinfo=dt.UTC)
+        return AccountingRecord(
+            day(n), fingerprint, kept, kept, {}, loaded, materialization, loaded
+        )
+
+    def state(fingerprints, accounting, decided_from) -> TimeBasedState:
+        return TimeBasedState(
+            events_version=3,
+            events_fingerprints=fingerprints,
+            filtered_version=2,
+            counts={},
+            accounting=accounting,
+            decisions=[],
+            decided_from=decided_from,
+            aggregated={},
+            daily_aggregates_version=None,
+        )
+
+    # Load day 2 kept nothing (all duplicates): it needs no decisions and is up to date.
+    current = state(
+        {day(1): "f1", day(2): "f2"},
+        {day(1): account(1, "f1", 2, "m1"), day(2): account(2, "f2", 0, "m2")},
+        {day(1): frozenset({"m1"})},
+    )
+    assert current.pending_load_days() == []
+    settings = make_lake_settings()
+    limits = current.run_limits(settings, dt.datetime(2024, 3, 9, tzinfo=dt.UTC))
+    assert limits.state.value == "standard" and limits.start == dt.datetime(
+        2024, 3, 2, tzinfo=dt.UTC
+    )
+    # New files in load day 2, a redo mark on load day 3, decisions behind on load day 1, and a
+    # load day before start_date.
+    behind = state(
+        {day(1): "f1", day(2): "f2b", day(3): "f3", dt.date(2024, 2, 27): "x"},
+        {
+            day(1): account(1, "f1", 2, "m1b"),
+            day(2): account(2, "f2", 0, "m2"),
+            day(3): account(3, "redo: reached by duplicates of 2024-03-02", 1, "m3"),
+        },
+        {day(1): frozenset({"m1"}), day(3): frozenset({"m3"})},
+    )
+    assert behind.pending_filtered() == [dt.date(2024, 2, 27), day(2), day(3)]
+    assert behind.pending_decisions() == [day(1)]
+    assert behind.pending_load_days(dt.date(2024, 3, 1)) == [day(1), day(2), day(3)]
+    assert behind.last_success() == {
+        "filtered_events": account(1, "", 0, "").max_load_tstamp,
+        "days_to_process": None,
+    }
+    assert (
+        behind.run_limits(settings, dt.datetime(2024, 3, 9, tzinfo=dt.UTC)).state.value
+        == "out of sync"
+    )
+
+
+def make_lake_settings():
+    from sessionize_assets.settings import from_mapping
+
+    return from_mapping(SETTINGS)

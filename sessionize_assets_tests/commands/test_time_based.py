@@ -1,0 +1,256 @@
+"""run / backfill / verify / status of the time-based branch through Dagster, and the acceptance:
+the accounting invariant after randomized histories of loads, and equality with a full recompute."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+from pathlib import Path
+
+from dagster import AssetKey, AssetRecordsFilter, DagsterInstance
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import strategies as st
+
+from sessionize_assets.assets.time_based import TimeBasedTables, read_state
+from sessionize_assets.commands.time_based import (
+    backfill_time_based,
+    run_time_based,
+    status_time_based,
+    verify_time_based,
+)
+from sessionize_assets.core import aggregates as agg
+from sessionize_assets.core import attributes as attrs
+from sessionize_assets.core.filtering import duplicate_event_ids
+from sessionize_assets_tests.assets.test_time_based import ROWS, append_events, day, make_lake
+from sessionize_assets_tests.core.test_filtering import event
+
+
+def partitions_materialized(instance: DagsterInstance, asset: str) -> dict[str, int]:
+    """{partition: number of materializations} recorded in the instance."""
+    records = instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=AssetKey(asset)), limit=1000
+    ).records
+    out: dict[str, int] = {}
+    for r in records:
+        key = r.asset_materialization.partition
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def test_run_status_verify_and_backfill(spark, tmp_path: Path) -> None:
+    lake = make_lake(tmp_path / "home", backfill_limit_days=3)
+    instance = DagsterInstance.ephemeral()
+
+    empty = run_time_based(lake, spark, instance)
+    assert empty.nothing_to_do and empty.run_ids == [] and empty.state == "first run"
+    assert any("Nothing to do" in line for line in empty.lines())
+
+    append_events(spark, lake, ROWS)
+    status = status_time_based(lake)
+    assert status.pending_filtered == [day(1), day(2), day(3), day(5)]
+    assert status.plan.load_days == (day(1), day(2), day(3))
+    assert any("2024-03-01..2024-03-03, 2024-03-05" in line for line in status.lines())
+
+    first = run_time_based(lake, spark, instance)
+    assert first.state == "first run" and first.load_days == [day(1), day(2), day(3)]
+    assert first.window == (
+        dt.datetime(2024, 3, 1, tzinfo=dt.UTC),
+        dt.datetime(2024, 3, 4, tzinfo=dt.UTC),
+    )
+    assert first.plan.deferred == (day(5),)  # beyond backfill_limit_days: waits for the next run
+    assert first.event_days == [day(1), day(2)] and first.attributes
+    assert sorted(partitions_materialized(instance, "filtered_events")) == [
+        "2024-03-01",
+        "2024-03-02",
+        "2024-03-03",
+    ]
+    second = run_time_based(lake, spark, instance)
+    assert second.state == "standard" and second.load_days == [day(5)]
+    assert second.event_days == []  # 03-05 only skipped a late day
+    assert second.window[0] == dt.datetime(2024, 3, 3, tzinfo=dt.UTC)
+    done = run_time_based(lake, spark, instance)
+    assert done.nothing_to_do and done.run_ids == []
+
+    report = verify_time_based(lake, spark)
+    assert report.ok, report.differences
+    assert report.pending_rows == {"2024-03-01": 1}
+    assert any("Pending (not a difference)" in line for line in report.lines())
+    lines = "\n".join(status_time_based(lake).lines())
+    assert "2024-03-01: 1 pending, 5 aggregated, horizon 2024-03-03, skipped so far 2" in lines
+
+    # A backfill of past load days re-materializes them (at most 3 per run) and what they decide.
+    before = partitions_materialized(instance, "daily_aggregates")
+    backfill = backfill_time_based(day(1), day(5), lake, spark, instance)
+    assert backfill.load_day_runs == [(day(1), day(3)), (day(4), day(5))]
+    after = partitions_materialized(instance, "filtered_events")
+    assert {k: v for k, v in after.items()} == {
+        "2024-03-01": 2,
+        "2024-03-02": 2,
+        "2024-03-03": 2,
+        "2024-03-04": 1,
+        "2024-03-05": 2,
+    }
+    assert backfill.event_days == [day(1), day(2)]  # already counted load days: re-aggregated
+    aggregated = partitions_materialized(instance, "daily_aggregates")
+    assert {k: aggregated[k] - before.get(k, 0) for k in aggregated} == {
+        "2024-03-01": 1,
+        "2024-03-02": 1,
+    }
+    assert all(r.accounted for r in read_state(TimeBasedTables.at(lake.table)).manifest())
+
+    # Tampering is named: a lost row of an aggregate, a lost row of attributes.
+    for table in ("daily_aggregates", "attributes"):
+        spark.sql(f"DELETE FROM delta.`{lake.table(table)}` WHERE user_identifier = 'u3'")
+    differences = verify_time_based(lake, spark).differences
+    assert any(d.startswith("accounting: event day 2024-03-01") for d in differences)
+    assert any(
+        d.startswith("daily_aggregates 2024-03-01: 0 stored rows differ") for d in differences
+    )
+    assert any(
+        d.startswith("attributes (as of 2024-03-06): 0 stored rows differ") for d in differences
+    )
+
+
+# ------------------------------------------------------------------------------ acceptance
+
+USERS = ("u1", "u2", "u3")
+NOW = "2024-03-08T12:00:00+00:00"
+
+
+@st.composite
+def histories(draw):
+    """Two batches of loads into random (also earlier, already processed) load days, with late
+    rows and duplicate event ids; after the first a run, after the second a run or a backfill of
+    a past range (then a run)."""
+    batches = []
+    for _ in range(2):
+        rows = draw(
+            st.lists(
+                st.tuples(
+                    st.integers(4, 7),  # load day
+                    st.integers(0, 3),  # lateness in days
+                    st.integers(0, 7),  # event id: a small pool, so copies happen
+                    st.sampled_from(USERS),
+                    st.sampled_from(("page_view", "link_click")),
+                ),
+                min_size=1,
+                max_size=8,
+            )
+        )
+        batches.append(rows)
+    backfill = draw(st.none() | st.tuples(st.integers(4, 7), st.integers(0, 3)))
+    return batches, backfill
+
+
+counter = itertools.count()
+
+
+def land(spark, lake, rows) -> None:
+    batch = next(counter)
+    append_events(
+        spark,
+        lake,
+        [
+            event(
+                f"e{event_id}",
+                f"2024-03-{load:02d}T{10 + i % 12:02d}:00:00",
+                f"2024-03-{load - late:02d}T{8 + i % 12:02d}:30:00",
+                user=user,
+                name=name,
+                row_hash=f"{batch}-{i}",
+            )
+            for i, (load, late, event_id, user, name) in enumerate(rows)
+        ],
+    )
+
+
+def rows_of(df) -> dict:
+    """{(user, event day) or user: row as a dict with maps as sorted items} of a small table."""
+    out = {}
+    for r in df.collect():
+        d = {k: (sorted(v.items()) if isinstance(v, dict) else v) for k, v in r.asDict().items()}
+        out[(d["user_identifier"], d.get("event_date"))] = d
+    return out
+
+
+RICH = (
+    [
+        [(4, 0, 0, "u1", "page_view"), (5, 1, 1, "u2", "page_view"), (5, 0, 2, "u1", "link_click")],
+        # late rows into the processed load day 4 (out of order), copies of e1/e2, 3 days late
+        [
+            (4, 2, 1, "u3", "page_view"),
+            (4, 1, 2, "u3", "page_view"),
+            (7, 3, 3, "u2", "page_view"),
+            (6, 2, 4, "u1", "page_view"),
+        ],
+    ],
+    (4, 2),
+)
+
+
+@settings(
+    max_examples=1,
+    deadline=None,
+    derandomize=True,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=list(HealthCheck),
+)
+@given(history=histories(), strict=st.booleans())
+@example(history=RICH, strict=False)
+@example(history=RICH, strict=True)
+def test_accounting_invariant_and_full_recompute_after_random_histories(
+    spark, tmp_path_factory, history, strict
+):
+    batches, backfill = history
+    limits = (
+        {"min_rows_to_process": 1, "reprocess_days": 3}
+        if strict
+        else {"min_rows_to_process": 2, "reprocess_days": 1}
+    )
+    lake = make_lake(
+        tmp_path_factory.mktemp("history") / "home", now=NOW, backfill_limit_days=10, **limits
+    )
+    instance = DagsterInstance.ephemeral()
+    land(spark, lake, batches[0])
+    run_time_based(lake, spark, instance)
+    land(spark, lake, batches[1])
+    if backfill is not None:
+        first = day(backfill[0])
+        backfill_time_based(first, first + dt.timedelta(days=backfill[1]), lake, spark, instance)
+    run_time_based(lake, spark, instance)
+
+    state = read_state(TimeBasedTables.at(lake.table))
+    assert state.pending_load_days() == [] and state.outstanding() == {}
+    manifest = {r.event_date: r for r in state.manifest()}
+    assert all(r.accounted for r in manifest.values())  # loaded = aggregated + pending, per day
+    filtered = spark.read.format("delta").load(lake.table("filtered_events"))
+    assert duplicate_event_ids(filtered, lake.settings.dedupe_lookback_days).count() == 0
+    assert filtered.count() == sum(r.rows_loaded for r in manifest.values())
+
+    stored = rows_of(
+        spark.read.format("delta")
+        .load(lake.table("daily_aggregates"))
+        .drop("_horizon_load_date", "_aggregated_at")
+    )
+    full_daily = agg.daily_aggregates(filtered, lake.settings.user_identifier)
+    full = rows_of(full_daily)
+    # Every difference from a full recompute is exactly the pending rows of its day.
+    for event_day, row in manifest.items():
+        stored_day = {k: v for k, v in stored.items() if k[1] == event_day}
+        full_day = {k: v for k, v in full.items() if k[1] == event_day}
+        assert (
+            sum(v["total_events"] for v in full_day.values())
+            - sum(v["total_events"] for v in stored_day.values())
+            == row.pending
+        )
+        if row.pending == 0:
+            assert stored_day == full_day
+    if strict:
+        # min_rows_to_process 1 and reprocess_days >= the largest lateness: nothing pending, and
+        # daily_aggregates and attributes equal a full recompute exactly.
+        assert sum(r.pending for r in manifest.values()) == 0 and stored == full
+        as_of = dt.date.fromisoformat(NOW[:10])
+        expected = rows_of(
+            attrs.attributes(full_daily, as_of, lake.settings.attribute_windows_days)
+        )
+        assert rows_of(spark.read.format("delta").load(lake.table("attributes"))) == expected

@@ -1,0 +1,106 @@
+"""daily_aggregates on tiny DataFrames: per (user, event day) metrics, event counts, configured partials."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from sessionize_assets.core.aggregates import BASE_COLUMNS, attribute_column, daily_aggregates
+from sessionize_assets.core.filtering import kept_rows, mark_rows
+from sessionize_assets.settings import AttributeDefinition
+from sessionize_assets_tests.core.test_filtering import event, events_frame
+from sessionize_assets_tests.core.test_filtering import ts as utc
+
+
+def ts(value: str) -> dt.datetime:
+    """A UTC instant as Spark returns it (naive, UTC session time zone)."""
+    return utc(value).replace(tzinfo=None)
+
+
+DEFS = (
+    AttributeDefinition(name="clicks", aggregation="count", event_names=("link_click",)),
+    AttributeDefinition(name="urls_seen", aggregation="count", property="page_url"),
+    AttributeDefinition(
+        name="revenue", aggregation="sum", property="tr_total", event_names=("transaction",)
+    ),
+    AttributeDefinition(name="min_order", aggregation="min", property="tr_total"),
+    AttributeDefinition(name="max_order", aggregation="max", property="tr_total"),
+    AttributeDefinition(name="latest_created", aggregation="max", property="dvce_created_tstamp"),
+    AttributeDefinition(
+        name="first_page", aggregation="first", property="page_url", event_names=("page_view",)
+    ),
+    AttributeDefinition(name="last_page", aggregation="last", property="page_url"),
+    AttributeDefinition(name="apps", aggregation="distinct_list", property="app_id"),
+)
+
+
+def filtered(spark, rows):
+    frame = events_frame(spark, rows)
+    return kept_rows(mark_rows(frame, None, 0))
+
+
+def test_daily_aggregates_per_user_and_day(spark) -> None:
+    rows = [
+        event("1", "2024-03-02T01:00:00", "2024-03-01T10:00:00", user="u1"),
+        event("2", "2024-03-02T01:00:00", "2024-03-01T11:00:00", user="u1", name="link_click"),
+        event("3", "2024-03-02T01:00:00", "2024-03-01T23:59:59.412", user="u1", name="link_click"),
+        event("4", "2024-03-02T01:00:00", "2024-03-02T00:00:00", user="u1"),
+        event("5", "2024-03-02T01:00:00", "2024-03-01T09:00:00", user=None, user_id="known"),
+        event("6", "2024-03-02T01:00:00", "2024-03-01T09:30:00", user=None),
+        event("7", "2024-03-02T01:00:00", "2024-03-01T09:45:00", user=None, name=None),
+    ]
+    out = daily_aggregates(filtered(spark, rows), ["domain_userid", "user_id"])
+    assert tuple(out.columns) == BASE_COLUMNS
+    got = {(r.user_identifier, r.event_date): r.asDict() for r in out.collect()}
+    assert set(got) == {
+        ("u1", dt.date(2024, 3, 1)),
+        ("u1", dt.date(2024, 3, 2)),
+        ("known", dt.date(2024, 3, 1)),
+        (None, dt.date(2024, 3, 1)),  # no identifier at all: kept so every row is counted
+    }
+    u1 = got[("u1", dt.date(2024, 3, 1))]
+    assert (u1["total_events"], u1["page_views"]) == (3, 1)
+    assert u1["first_event_tstamp"] == ts("2024-03-01T10:00:00")
+    assert u1["last_event_tstamp"] == ts("2024-03-01T23:59:59.412")
+    assert u1["event_counts"] == {"page_view": 1, "link_click": 2}
+    anon = got[(None, dt.date(2024, 3, 1))]
+    assert anon["total_events"] == 2 and anon["event_counts"] == {"page_view": 1, "": 1}
+    assert sum(r["total_events"] for r in got.values()) == len(rows)
+
+
+def test_configured_attributes_get_per_day_partials(spark) -> None:
+    rows = [
+        event(
+            "1", "2024-03-02T01:00:00", "2024-03-01T10:00:00", tr_total="10.5", name="transaction"
+        ),
+        event("2", "2024-03-02T01:00:00", "2024-03-01T11:00:00", tr_total="9", name="transaction"),
+        event("3", "2024-03-02T01:00:00", "2024-03-01T12:00:00", tr_total="n/a", name="link_click"),
+        event("4", "2024-03-02T01:00:00", "2024-03-01T08:00:00", app="mobile"),
+        event("5", "2024-03-02T01:00:00", "2024-03-01T13:00:00", page_url=None),
+    ]
+    frame = filtered(spark, [{**r, "tr_total": r.get("tr_total")} for r in rows])
+    out = daily_aggregates(frame, ["domain_userid"], DEFS)
+    assert out.columns[len(BASE_COLUMNS) :] == [attribute_column(d) for d in DEFS]
+    (row,) = out.collect()
+    assert row.attr_clicks == 1
+    assert row.attr_urls_seen == 4  # rows with a page_url
+    assert row.attr_revenue == pytest.approx(19.5)
+    assert row.attr_min_order == 9.0 and row.attr_max_order == 10.5  # numbers, "n/a" ignored
+    assert row.attr_latest_created == ts("2024-03-01T13:00:00")
+    assert (
+        row.attr_first_page.value == "https://example.com/4"
+        and row.attr_first_page.tstamp == ts("2024-03-01T08:00:00")
+    )
+    assert row.attr_last_page.value == "https://example.com/3"  # latest row with a page_url
+    assert row.attr_apps == ["mobile", "web"]
+
+
+def test_missing_columns_are_named(spark) -> None:
+    frame = filtered(spark, [event("1", "2024-03-02T01:00:00")])
+    with pytest.raises(ValueError, match="nope"):
+        daily_aggregates(frame, ["nope"])
+    with pytest.raises(ValueError, match="missing_prop"):
+        daily_aggregates(
+            frame, ["domain_userid"], [AttributeDefinition("x", "sum", "missing_prop")]
+        )

@@ -1,0 +1,274 @@
+"""filtered_events for load days: deduplication order, filters, exact accounting (tiny DataFrames)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+
+from sessionize_assets.core.filtering import (
+    APP_FILTER,
+    BEFORE_START_DATE,
+    DROP_REASON,
+    DUPLICATE,
+    EVENT_FILTER,
+    accounting,
+    duplicate_event_ids,
+    kept_rows,
+    load_days_reached,
+    lookback_load_days,
+    mark_rows,
+    outcome_counts,
+)
+from sessionize_assets.core.schema import REQUIRED_COLUMNS, TIMESTAMP_COLUMNS
+
+EVENTS_SCHEMA = T.StructType(
+    [
+        T.StructField(c, T.TimestampType() if c in TIMESTAMP_COLUMNS else T.StringType())
+        for c in REQUIRED_COLUMNS
+    ]
+    + [
+        T.StructField("load_date", T.DateType()),
+        T.StructField("_load_id", T.StringType()),
+        T.StructField("_source_file", T.StringType()),
+        T.StructField("_row_hash", T.StringType()),
+    ]
+)
+
+
+def ts(value: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(value).replace(tzinfo=dt.UTC)
+
+
+def event(
+    event_id: str,
+    loaded: str,
+    happened: str | None = None,
+    *,
+    user: str | None = "u1",
+    name: str = "page_view",
+    app: str = "web",
+    collector: str | None = None,
+    created: str | None = None,
+    row_hash: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """One valid `events` row (timestamps as ISO strings, UTC)."""
+    happened = happened or loaded
+    row = {c: None for c in REQUIRED_COLUMNS}
+    row.update(
+        event_id=event_id,
+        app_id=app,
+        platform="web",
+        event_name=name,
+        domain_userid=user,
+        domain_sessionid=f"s-{user}",
+        page_url=f"https://example.com/{event_id}",
+        derived_tstamp=ts(happened),
+        collector_tstamp=ts(collector or happened),
+        dvce_created_tstamp=ts(created or happened),
+        dvce_sent_tstamp=ts(happened),
+        load_tstamp=ts(loaded),
+        load_date=ts(loaded).date(),
+        _load_id="test",
+        _source_file="test.csv",
+        _row_hash=row_hash or f"{event_id}|{loaded}|{happened}|{user}|{name}",
+    )
+    row.update(extra)
+    return row
+
+
+def events_frame(spark: SparkSession, rows: Iterable[Mapping[str, Any]]) -> DataFrame:
+    """A DataFrame with the columns of the `events` table (other keys: extra string columns)."""
+    rows = list(rows)
+    names = EVENTS_SCHEMA.fieldNames()
+    extra = sorted({k for r in rows for k in r} - set(names))
+    schema = T.StructType(EVENTS_SCHEMA.fields + [T.StructField(k, T.StringType()) for k in extra])
+    return spark.createDataFrame([tuple(r.get(n) for n in [*names, *extra]) for r in rows], schema)
+
+
+def outcomes(marked: DataFrame) -> dict[tuple[str, str], str]:
+    """(event_id, row hash) -> outcome."""
+    return {(r.event_id, r._row_hash): r[DROP_REASON] or "kept" for r in marked.collect()}
+
+
+L = dt.date(2024, 3, 10)
+
+
+def test_lookback_load_days() -> None:
+    assert lookback_load_days(L, 3) == [
+        dt.date(2024, 3, 7),
+        dt.date(2024, 3, 8),
+        dt.date(2024, 3, 9),
+    ]
+    assert lookback_load_days(L, 0) == []
+
+
+def test_within_a_load_day_the_copy_loaded_first_wins_then_collector_then_created_then_hash(
+    spark,
+) -> None:
+    rows = [
+        # loaded first wins, even with a later collector_tstamp
+        event("a", "2024-03-10T08:00:00", collector="2024-03-10T07:59:00", row_hash="a2"),
+        event("a", "2024-03-10T07:00:00", collector="2024-03-10T07:59:30", row_hash="a1"),
+        # same load time: earliest collector_tstamp
+        event("b", "2024-03-10T08:00:00", collector="2024-03-10T07:00:00", row_hash="b1"),
+        event("b", "2024-03-10T08:00:00", collector="2024-03-10T06:00:00", row_hash="b2"),
+        # same load and collector: earliest dvce_created_tstamp
+        event(
+            "c",
+            "2024-03-10T08:00:00",
+            collector="2024-03-10T07:00:00",
+            created="2024-03-10T06:59:00",
+            row_hash="c1",
+        ),
+        event(
+            "c",
+            "2024-03-10T08:00:00",
+            collector="2024-03-10T07:00:00",
+            created="2024-03-10T06:58:00",
+            row_hash="c2",
+        ),
+        # all equal: the smallest row hash
+        event("d", "2024-03-10T08:00:00", collector="2024-03-10T07:00:00", row_hash="d2"),
+        event("d", "2024-03-10T08:00:00", collector="2024-03-10T07:00:00", row_hash="d1"),
+        event("d", "2024-03-10T08:00:00", collector="2024-03-10T07:00:00", row_hash="d3"),
+    ]
+    marked = mark_rows(events_frame(spark, rows), None, 3)
+    got = outcomes(marked)
+    winners = {k for k, v in got.items() if v == "kept"}
+    assert winners == {("a", "a1"), ("b", "b2"), ("c", "c2"), ("d", "d1")}
+    assert sum(v == DUPLICATE for v in got.values()) == 5
+
+
+def test_against_earlier_load_days_within_the_lookback_any_raw_copy_wins(spark) -> None:
+    earlier = [
+        event("x", "2024-03-07T10:00:00"),  # 3 days before: within the lookback
+        event("y", "2024-03-06T10:00:00"),  # 4 days before: outside
+        event("z", "2024-03-09T10:00:00", app="other"),  # filtered out there, still loaded first
+        event("w", "2024-03-11T10:00:00"),  # a later load day never wins
+    ]
+    today = [
+        event("x", "2024-03-10T01:00:00"),
+        event("y", "2024-03-10T01:00:00"),
+        event("z", "2024-03-10T01:00:00"),
+        event("w", "2024-03-10T01:00:00"),
+    ]
+    marked = mark_rows(
+        events_frame(spark, today), events_frame(spark, earlier + today), 3, app_ids=["web"]
+    )
+    got = {k[0]: v for k, v in outcomes(marked).items()}
+    assert got == {"x": DUPLICATE, "y": "kept", "z": DUPLICATE, "w": "kept"}
+    # No lookback: only same-day copies are duplicates.
+    assert {
+        v
+        for v in outcomes(
+            mark_rows(events_frame(spark, today), events_frame(spark, earlier), 0)
+        ).values()
+    } == {"kept"}
+
+
+def test_filters_and_exact_accounting(spark) -> None:
+    rows = [
+        event("k1", "2024-03-10T01:00:00", "2024-03-09T23:59:59.412"),  # late by a moment: kept
+        event("k2", "2024-03-10T01:00:00", name="link_click"),
+        event("k2", "2024-03-10T01:00:01", name="link_click"),  # duplicate (of a kept row)
+        event("a1", "2024-03-10T01:00:00", app="mobile"),  # app filter
+        event("a2", "2024-03-10T01:00:00", app=None),  # null app_id: not in the allow-list
+        event("e1", "2024-03-10T01:00:00", name="page_ping"),  # event filter
+        event("s1", "2024-03-10T01:00:00", "2024-02-29T12:00:00"),  # before start_date
+        event("s1", "2024-03-10T02:00:00", "2024-02-29T12:00:00"),  # duplicate wins over the rules
+    ]
+    marked = mark_rows(
+        events_frame(spark, rows),
+        None,
+        3,
+        app_ids=["web"],
+        event_names=["page_view", "link_click"],
+        start_date=dt.date(2024, 3, 1),
+    ).cache()
+    out = outcome_counts(marked).collect()
+    assert max(r.max_load_tstamp for r in out) == ts("2024-03-10T02:00:00").replace(tzinfo=None)
+    counts = {r.outcome: r.rows for r in out}
+    assert counts == {"kept": 2, DUPLICATE: 2, APP_FILTER: 2, EVENT_FILTER: 1, BEFORE_START_DATE: 1}
+    acc = accounting(counts)
+    assert (
+        acc["rows_read"]
+        == len(rows)
+        == acc["rows_kept"] + sum(v for k, v in acc.items() if k.startswith("dropped_"))
+    )
+    assert acc["dropped_before_start_date"] == 1 and acc["dropped_app_filter"] == 2
+    kept = {r.event_id: r.event_date for r in kept_rows(marked).collect()}
+    assert kept == {"k1": dt.date(2024, 3, 9), "k2": dt.date(2024, 3, 10)}
+    assert DROP_REASON not in kept_rows(marked).columns
+    # Empty allow-lists keep everything; the accounting has zeros for unused rules.
+    everything = mark_rows(events_frame(spark, rows), None, 3)
+    loose = accounting({r.outcome: r.rows for r in outcome_counts(everything).collect()})
+    assert (
+        loose["rows_kept"] == 6
+        and loose["dropped_app_filter"] == 0
+        and loose["dropped_duplicate"] == 2
+    )
+
+
+def test_marking_several_load_days_at_once_equals_marking_them_one_by_one(spark) -> None:
+    rows = [
+        event("a", "2024-03-08T01:00:00"),
+        event("a", "2024-03-09T01:00:00"),
+        event("a", "2024-03-13T01:00:00"),  # 4 days after 03-09 with lookback 3: kept again
+        event("b", "2024-03-09T05:00:00"),
+        event("b", "2024-03-09T04:00:00"),
+        event("c", "2024-03-12T04:00:00"),
+        event("c", "2024-03-10T04:00:00"),
+    ]
+    frame = events_frame(spark, rows)
+    together = outcomes(mark_rows(frame, frame, 3))
+    one_by_one: dict = {}
+    for day in sorted({r["load_date"] for r in rows}):
+        todays = events_frame(spark, [r for r in rows if r["load_date"] == day])
+        before = events_frame(
+            spark, [r for r in rows if day - dt.timedelta(days=3) <= r["load_date"] < day]
+        )
+        one_by_one |= outcomes(mark_rows(todays, before, 3))
+    assert together == one_by_one
+    assert sorted(k[0] for k, v in together.items() if v == "kept") == ["a", "a", "b", "c"]
+
+
+def test_load_days_reached_by_a_change(spark) -> None:
+    later = events_frame(
+        spark,
+        [
+            event("x", "2024-03-11T01:00:00"),
+            event("x", "2024-03-14T01:00:00"),  # beyond the lookback of 03-10
+            event("y", "2024-03-12T01:00:00"),
+            event("q", "2024-03-13T01:00:00"),  # not a copy of anything in 03-10
+            event("x", "2024-03-09T01:00:00"),  # earlier: never reached
+        ],
+    )
+    changed = events_frame(
+        spark, [event("x", "2024-03-10T01:00:00"), event("y", "2024-03-10T02:00:00")]
+    )
+    reached = sorted(r.load_date for r in load_days_reached(changed, later, 3).collect())
+    assert reached == [dt.date(2024, 3, 11), dt.date(2024, 3, 12)]
+    assert load_days_reached(changed, later, 0).count() == 0
+
+
+def test_duplicate_event_ids_finds_copies_within_the_lookback(spark) -> None:
+    base = [
+        event("ok", "2024-03-01T01:00:00"),
+        event("ok", "2024-03-05T01:00:00"),  # 4 days apart: allowed with lookback 3
+        event("near", "2024-03-01T01:00:00"),
+        event("near", "2024-03-04T01:00:00"),
+        event("same", "2024-03-02T01:00:00"),
+        event("same", "2024-03-02T02:00:00"),
+        event("single", "2024-03-02T02:00:00"),
+    ]
+    frame = events_frame(spark, base)
+    got = sorted(
+        (r.event_id, r.load_date.day, r.other_load_date.day)
+        for r in duplicate_event_ids(frame, 3).collect()
+    )
+    assert got == [("near", 1, 4), ("same", 2, 2)]

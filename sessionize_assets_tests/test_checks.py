@@ -1,0 +1,105 @@
+"""The time-based asset checks, run through Dagster against real Delta tables."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import yaml
+from dagster import AssetSelection, AssetSpec, DagsterInstance, materialize
+from deltalake import write_deltalake
+
+from sessionize_assets.assets.time_based import TimeBasedTables, build_assets
+from sessionize_assets.checks import build_checks
+from sessionize_assets.partitions import daily_partitions
+from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.spark import SparkDeltaResource
+
+
+def day(n: int) -> dt.date:
+    return dt.date(2024, 3, n)
+
+
+def write_filtered(path: str, rows: list[tuple[str, int, int]]) -> None:
+    """filtered_events rows (event_id, load day, event day), partitioned by both days."""
+    table = pa.table(
+        {
+            "event_id": [r[0] for r in rows],
+            "load_date": [day(r[1]) for r in rows],
+            "event_date": [day(r[2]) for r in rows],
+        }
+    )
+    write_deltalake(path, table, partition_by=["load_date", "event_date"])
+
+
+def write_aggregates(path: str, rows: list[tuple[int, int, int]]) -> None:
+    """daily_aggregates rows (event day, total_events, horizon load day)."""
+    table = pa.table(
+        {
+            "user_identifier": [f"u{i}" for i in range(len(rows))],
+            "event_date": [day(r[0]) for r in rows],
+            "total_events": pa.array([r[1] for r in rows], pa.int64()),
+            "_horizon_load_date": [day(r[2]) for r in rows],
+        }
+    )
+    write_deltalake(path, table, partition_by=["event_date"])
+
+
+def run_checks(home: Path) -> dict[str, object]:
+    config = home / "sessionize.yaml"
+    config.write_text(yaml.safe_dump({"start_date": "2024-03-01", "dedupe_lookback_days": 1}))
+    lake = LakeResource(home=str(home), config_file=str(config), now="2024-03-10T00:00:00+00:00")
+    settings = lake.settings
+    result = materialize(
+        [
+            AssetSpec("events", partitions_def=daily_partitions(settings)),
+            *build_assets(settings),
+            *build_checks(settings),
+        ],
+        selection=AssetSelection.all_asset_checks(),
+        instance=DagsterInstance.ephemeral(),
+        resources={"lake": lake, "spark": SparkDeltaResource()},
+        raise_on_error=False,
+    )
+    return {e.check_name: e for e in result.get_asset_check_evaluations()}
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_checks_pass_on_consistent_tables_and_name_what_is_wrong(spark, tmp_path, broken) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    tables = TimeBasedTables.at(lambda name: str(home / "warehouse" / name))
+    filtered = [
+        ("a", 1, 1),
+        ("b", 1, 1),
+        ("c", 2, 1),
+        ("d", 3, 1),
+        ("a", 3, 3),
+    ]  # `a` 2 days apart: fine
+    if broken:
+        filtered.append(("c", 3, 1))  # a copy of `c` kept one load day after it
+    write_filtered(tables.filtered_events, filtered)
+    # Event day 1 counted up to load day 2 (3 rows) with load day 3 pending; event day 3 counted.
+    write_aggregates(
+        tables.daily_aggregates, [(1, 2, 2), (1, 1, 2), (3, 1 if not broken else 2, 3)]
+    )
+    checks = run_checks(home)
+    assert set(checks) == {"no_duplicate_event_ids", "accounting_invariant"}
+    duplicates = checks["no_duplicate_event_ids"]
+    accounting = checks["accounting_invariant"]
+    assert duplicates.passed is (not broken)
+    assert accounting.passed is (not broken)
+    if broken:
+        assert duplicates.metadata["duplicates (first examples)"].value == [
+            "event_id c kept in load days 2024-03-02 and 2024-03-03"
+        ]
+        assert accounting.metadata["differences"].value == [
+            "event day 2024-03-03: 1 rows in filtered_events != 2 counted into daily_aggregates "
+            "(horizon 2024-03-03) + 0 pending"
+        ]
+    # Pending rows are reported, not differences: load day 3's row(s) of event day 1.
+    assert accounting.metadata["pending rows per event day"].value == {
+        "2024-03-01": 2 if broken else 1
+    }
