@@ -72,6 +72,7 @@ from sessionize_assets.load_days import EMPTY_FINGERPRINT, changed_load_days, ev
 from sessionize_assets.partitions import daily_partitions, late_day_lineage
 from sessionize_assets.resources import tables as names
 from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.manifest_lock import partition_locks
 from sessionize_assets.resources.spark import SparkDeltaResource
 from sessionize_assets.settings import Settings
 
@@ -1038,11 +1039,19 @@ def guarded(
 ) -> MaterializeResult:
     """The one place every partitioned materialization of this branch runs through: the
     processing-manifest lock on items `<asset>/<partition>` wraps `body` here."""
-    result = body()
+    with partition_locks(context, asset_name, keys) as payloads:
+        result = body()
+        for payload in payloads:
+            payload.update({"run_keys": list(keys), **_payload_facts(result.metadata)})
     context.log.info(
         f"{asset_name} {', '.join(keys)}: {json.dumps(result.metadata, default=str)[:2000]}"
     )
     return MaterializeResult(metadata=result.dagster_metadata())
+
+
+def _payload_facts(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """The scalar facts of a materialization, for the Processed record's payload."""
+    return {str(k): v for k, v in metadata.items() if isinstance(v, int | float | str | bool)}
 
 
 def _keys_as_days(context: AssetExecutionContext) -> list[dt.date]:

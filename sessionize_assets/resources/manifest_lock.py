@@ -7,8 +7,8 @@ fail-locks the item until an operator resolves it (`sessionize manifest resolve`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from sessionize_assets.resources.lake import LakeResource
@@ -34,6 +34,34 @@ def manifest_lock(context, lake: LakeResource, spark, item: str) -> Iterator[dic
     run_id = getattr(context, "run_id", None) or "unknown-run"
     with manifest.processing(item, application, run_id) as payload:
         yield payload
+
+
+@contextmanager
+def partition_locks(
+    context, asset: str, partition_keys: Sequence[str]
+) -> Iterator[list[dict[str, Any]]]:  # noqa: ANN001
+    """Lock `<asset>/<key>` for every partition of the run (ascending), for the body's duration.
+
+    Uses the run's `lake` resource and the process's Spark session (started if needed).
+    """
+    from sessionize_assets.resources.spark import get_spark
+
+    lake: LakeResource = context.resources.lake
+    spark = get_spark(lake.settings.spark)
+    with ExitStack() as stack:
+        payloads = [
+            stack.enter_context(manifest_lock(context, lake, spark, partition_item(asset, key)))
+            for key in sorted(partition_keys)
+        ]
+        yield payloads
+
+
+def session_lock(context, item: str):  # noqa: ANN001, ANN201 - the session models' LockFactory
+    """The session models' run lock (item `session_models`)."""
+    from sessionize_assets.resources.spark import get_spark
+
+    lake: LakeResource = context.resources.lake
+    return manifest_lock(context, lake, get_spark(lake.settings.spark), item)
 
 
 def blocked_items(lake: LakeResource, asset: str, partition_keys: list[str]) -> list[str]:

@@ -14,11 +14,11 @@ from dagster import (
     sensor,
 )
 
+from sessionize_assets.assets.time_based import TimeBasedTables, read_state
 from sessionize_assets.jobs import LOAD_DAY_JOB, TIME_BASED_LANE
-from sessionize_assets.load_days import pending_load_days
+from sessionize_assets.load_days import EMPTY_FINGERPRINT
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.manifest_lock import blocked_items
-from sessionize_assets.resources.tables import EVENTS, FILTERED_EVENTS_ACCOUNTING
 from sessionize_assets.settings import Settings
 
 
@@ -66,24 +66,32 @@ def build_sensors(settings: Settings) -> list[SensorDefinition]:
         cursor = (
             json.loads(context.cursor) if context.cursor else {"version": None, "requested": {}}
         )
-        version, pending = pending_load_days(
-            lake.table(EVENTS), lake.table(FILTERED_EVENTS_ACCOUNTING)
-        )
-        if version is None:
+        state = read_state(TimeBasedTables.at(lake.table))
+        if state.events_version is None:
             return SensorResult(
                 skip_reason=SkipReason(
                     "The events table does not exist yet: nothing has been loaded."
                 ),
                 cursor=context.cursor,
             )
+        today = lake.current_time().date()
+        consumed = {d: a.events_fingerprint for d, a in state.accounting.items()}
+        # Pending = files changed since filtered_events consumed them, or days_to_process behind
+        # filtered_events; only days that are partitions (start_date .. today).
+        pending = {
+            d: f"{state.events_fingerprints.get(d, EMPTY_FINGERPRINT)}/{consumed.get(d, '-')}"
+            for d in state.pending_load_days(since=settings.start_date)
+            if d <= today
+        }
         blocked = set(blocked_items(lake, "filtered_events", [d.isoformat() for d in pending]))
         to_request, requested, skipped = plan_requests(
             pending, cursor.get("requested", {}), blocked
         )
+        version = state.events_version
         new_cursor = json.dumps({"version": version, "requested": requested}, sort_keys=True)
         for key in skipped:
             context.log.warning(
-                f"Load day {key} is fail-locked in the processing manifest; resolve it with "
+                f"Load day {key} is fail-locked or skipped in the processing manifest; resolve it with "
                 f"`sessionize manifest resolve filtered_events/{key} --reason ...` to process it."
             )
         if not to_request:
@@ -96,10 +104,8 @@ def build_sensors(settings: Settings) -> list[SensorDefinition]:
             )
         return SensorResult(
             run_requests=[
-                RunRequest(
-                    run_key=f"{key}:{fingerprint}", partition_key=key, tags=dict(TIME_BASED_LANE)
-                )
-                for key, fingerprint in to_request
+                RunRequest(run_key=f"{key}:{token}", partition_key=key, tags=dict(TIME_BASED_LANE))
+                for key, token in to_request
             ],
             cursor=new_cursor,
         )

@@ -2,6 +2,7 @@
 
 import datetime as dt
 import json
+import uuid
 
 import pytest
 from dagster import DagsterInstance, build_sensor_context
@@ -10,24 +11,60 @@ from pyspark.sql import functions as F
 from sessionize_assets.home import Home
 from sessionize_assets.load_days import EMPTY_FINGERPRINT
 from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets.resources.tables import EVENTS, FILTERED_EVENTS_ACCOUNTING
+from sessionize_assets.resources.tables import EVENTS
 from sessionize_assets.sensors.new_loads import build_sensors, plan_requests
 from sessionize_assets.settings import Settings
 
 
 def _append_events(spark, path, day: str, n: int) -> None:
+    """A commit to `events` by "another writer": canonical columns, one load day."""
     frame = spark.range(n).select(
-        F.concat(F.lit(f"{day}-"), F.col("id").cast("string")).alias("event_id"),
+        F.concat(
+            F.lit(f"{day}-"), F.col("id").cast("string"), F.lit(f"-{uuid.uuid4().hex[:6]}")
+        ).alias("event_id"),
+        F.lit("web").alias("app_id"),
+        F.lit("page_view").alias("event_name"),
+        F.lit("u1").alias("domain_userid"),
+        F.lit("s1").alias("domain_sessionid"),
+        *[
+            F.lit(f"{day} 10:00:00").cast("timestamp").alias(c)
+            for c in (
+                "collector_tstamp",
+                "dvce_created_tstamp",
+                "dvce_sent_tstamp",
+                "derived_tstamp",
+                "load_tstamp",
+            )
+        ],
+        F.sha2(F.col("id").cast("string"), 256).alias("_row_hash"),
         F.lit(day).cast("date").alias("load_date"),
     )
-    frame.write.format("delta").mode("append").partitionBy("load_date").save(path)
+    frame.write.format("delta").mode("append").option("mergeSchema", "true").partitionBy(
+        "load_date"
+    ).save(path)
 
 
-def _mark_consumed(spark, path, fingerprints: dict) -> None:
-    rows = [(dt.date.fromisoformat(d), fp) for d, fp in fingerprints.items()]
-    spark.createDataFrame(rows, "load_date date, events_fingerprint string").write.format(
-        "delta"
-    ).mode("append").save(path)
+def _consume(home, instance, day: str) -> None:
+    """Materialize the load day for real (filtered_events + days_to_process)."""
+    from dagster import AssetSpec, materialize
+
+    from sessionize_assets.assets.time_based import build_assets as time_based_assets
+    from sessionize_assets.partitions import daily_partitions
+    from sessionize_assets.resources.spark import SparkDeltaResource
+
+    settings = Settings(start_date=dt.date(2024, 1, 1))
+    lake = LakeResource(home=str(home), now="2024-03-10T00:00:00")
+    result = materialize(
+        [
+            AssetSpec("events", partitions_def=daily_partitions(settings)),
+            *time_based_assets(settings),
+        ],
+        selection=["filtered_events", "days_to_process"],
+        partition_key=day,
+        instance=instance,
+        resources={"lake": lake, "spark": SparkDeltaResource()},
+    )
+    assert result.success
 
 
 def _tick(sensor, instance, lake, cursor):
@@ -58,9 +95,8 @@ def instance():
 
 def test_several_loads_between_ticks_no_repeats_and_restart(spark, home, instance):
     settings = Settings(start_date=dt.date(2024, 1, 1))
-    lake = LakeResource(home=str(home))
+    lake = LakeResource(home=str(home), now="2024-03-10T00:00:00")
     events = Home(home).table(EVENTS)
-    accounting = Home(home).table(FILTERED_EVENTS_ACCOUNTING)
     [sensor] = build_sensors(settings)
 
     result, cursor = _tick(sensor, instance, lake, None)
@@ -86,11 +122,8 @@ def test_several_loads_between_ticks_no_repeats_and_restart(spark, home, instanc
     result, cursor = _tick(sensor_again, instance, lake, cursor)
     assert not result.run_requests
 
-    # filtered_events consumed 03-01 (as recorded in the lake); a new load lands on 03-02 and 03-03.
-    from sessionize_assets.load_days import events_fingerprints
-
-    _, fps = events_fingerprints(events)
-    _mark_consumed(spark, accounting, {"2024-03-01": fps[dt.date(2024, 3, 1)]})
+    # filtered_events consumes 03-01 (recorded in the lake); new loads land on 03-02 and 03-03.
+    _consume(home, instance, "2024-03-01")
     _append_events(spark, events, "2024-03-02", 1)
     _append_events(spark, events, "2024-03-03", 4)
     result, cursor = _tick(sensor_again, instance, lake, cursor)
@@ -98,10 +131,13 @@ def test_several_loads_between_ticks_no_repeats_and_restart(spark, home, instanc
     assert not first_keys & {r.run_key for r in result.run_requests}
 
     # A lost cursor (e.g. a reset sensor) does not ask again for what the lake says is processed.
-    _, fps = events_fingerprints(events)
-    _mark_consumed(spark, accounting, {k.isoformat(): v for k, v in fps.items()})
     result, _ = _tick(sensor_again, instance, lake, None)
-    assert not result.run_requests
+    assert "2024-03-01" not in [r.partition_key for r in result.run_requests]
+    # Load days before start_date or after today are not partitions: never requested.
+    _append_events(spark, events, "2023-12-31", 1)
+    _append_events(spark, events, "2024-03-12", 1)
+    result, _ = _tick(sensor_again, instance, lake, None)
+    assert [r.partition_key for r in result.run_requests] == ["2024-03-02", "2024-03-03"]
 
 
 def test_empty_fingerprint_marks_a_day_whose_files_were_removed():
@@ -117,7 +153,7 @@ def test_fail_locked_load_day_is_skipped_and_said_so(spark, home, instance):
     from sessionize_assets.resources.tables import PROCESSING_MANIFEST
 
     settings = Settings(start_date=dt.date(2024, 1, 1))
-    lake = LakeResource(home=str(home))
+    lake = LakeResource(home=str(home), now="2024-03-10T00:00:00")
     [sensor] = build_sensors(settings)
     _append_events(spark, Home(home).table(EVENTS), "2024-03-04", 2)
     _append_events(spark, Home(home).table(EVENTS), "2024-03-05", 2)
