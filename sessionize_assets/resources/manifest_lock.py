@@ -12,13 +12,13 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets.resources.processing_manifest import ProcessingManifest, item_states
+from sessionize_assets.resources.processing_manifest import ProcessingManifest, asset_item, item_states
 from sessionize_assets.resources.tables import PROCESSING_MANIFEST
 
 
 def partition_item(asset: str, partition_key: str) -> str:
     """The manifest item of an asset partition, e.g. `filtered_events/2024-03-01`."""
-    return f"{asset}/{partition_key}"
+    return asset_item(asset, partition_key)
 
 
 def file_item(sha256: str) -> str:

@@ -28,6 +28,7 @@ QUARANTINED_SESSIONS = "quarantined_sessions"
 SUPERSEDED_SESSIONS = "superseded_sessions"
 INCREMENTAL_MANIFEST = "incremental_manifest"
 PROCESSING_MANIFEST = "processing_manifest"
+CURSOR_STATE = "cursor_state"
 
 
 def table_exists(spark: SparkSession, path: str) -> bool:

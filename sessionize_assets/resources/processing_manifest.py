@@ -1,0 +1,746 @@
+"""The processing manifest: an append-only Delta table of records, with locks that are real.
+
+Writers (Spark) add records through one path, `_append`: read the item's records, derive its
+state (`core.manifest_state`), build the next record (or refuse), then commit it with an
+**insert-only MERGE** whose condition reads the item's records:
+
+    MERGE INTO manifest t USING (the new record + the ids of the records it was built on) s
+    ON t.item_bucket = <bucket> AND t.item_id = <item> AND NOT array_contains(s.seen, t.record_id)
+    WHEN NOT MATCHED THEN INSERT ...
+
+The insert happens only if the item has no record the writer did not see (a compare-and-swap on
+the item's history), and because the MERGE *reads* the item's partition, Delta's optimistic
+concurrency rejects it (ConcurrentAppendException) when another writer committed a record to
+that partition after our snapshot. On a conflict or a missed swap the writer re-reads, derives
+the state again and either retries (the other record was for another item, or did not change
+what we may do) or fails with `ItemLockedError` naming the item and the holder's run. There is
+no check followed by a blind append anywhere.
+
+The table is partitioned by `item_bucket` (crc32 of the item id modulo `BUCKETS`): Delta's
+conflict detection works on partitions, so writers of items in different buckets never conflict,
+and readers of one item (delta-rs or Spark) prune to one bucket. `delta.appendOnly` is on; no
+deletion vectors or other features delta-rs cannot read.
+
+Readers without Spark (sensors, `sessionize status`): `read_records`, `item_states`,
+`item_state`, `last_processed_payload`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import random
+import time
+import uuid
+import zlib
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from sessionize_assets.core.cursor import CursorState
+from sessionize_assets.core.manifest_state import (
+    LOCKABLE,
+    SKIPPABLE,
+    ItemState,
+    ItemStatus,
+    Record,
+    RecordState,
+    derive_item_state,
+    derive_item_states,
+    record_order,
+)
+from sessionize_assets.errors import ItemLockedError, UserError
+
+log = logging.getLogger(__name__)
+
+BUCKETS = 16
+"""Partitions of the manifest table (fixed at creation; stored as `sessionize.manifest.buckets`)."""
+
+COLUMNS = (
+    "record_id",
+    "item_id",
+    "application",
+    "state",
+    "run_id",
+    "previous_record_id",
+    "payload",
+    "time",
+    "item_bucket",
+)
+OPERATOR = "operator"
+MAX_ATTEMPTS = 40
+_ONE_MICROSECOND = dt.timedelta(microseconds=1)
+
+
+class ManifestStateError(UserError):
+    """The record asked for is not legal in the item's current state (nothing to resolve, ...)."""
+
+
+class LockLostError(ManifestStateError):
+    """A run tried to close a lock that is no longer open (an operator abandoned it)."""
+
+
+class ManifestConflictError(UserError):
+    """Writers kept conflicting on the same partition of the manifest past the retry limit."""
+
+
+def item_bucket(item_id: str) -> int:
+    """The partition of an item: crc32 of its id modulo BUCKETS (same in Spark and delta-rs)."""
+    return zlib.crc32(item_id.encode("utf-8")) % BUCKETS
+
+
+def asset_item(asset: str, partition_key: str | None = None) -> str:
+    """The item id of an asset partition, `filtered_events/2024-03-01` (unpartitioned: the name)."""
+    return asset if partition_key is None else f"{asset}/{partition_key}"
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _micros(value: dt.datetime) -> int:
+    value = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+    delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _from_micros(micros: int) -> dt.datetime:
+    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=micros)
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    """True for Delta's optimistic-concurrency failures (a retry may succeed)."""
+    try:
+        from delta import exceptions as delta_errors
+
+        kinds: tuple[type[BaseException], ...] = (
+            delta_errors.ConcurrentAppendException,
+            delta_errors.ConcurrentDeleteReadException,
+            delta_errors.ConcurrentWriteException,
+            delta_errors.DeltaConcurrentModificationException,
+            delta_errors.MetadataChangedException,
+            delta_errors.ProtocolChangedException,
+        )
+    except ImportError:  # pragma: no cover - delta-spark is a dependency
+        kinds = ()
+    if isinstance(exc, kinds):
+        return True
+    text = str(exc)
+    return any(
+        marker in text
+        for marker in (
+            "DELTA_CONCURRENT",
+            "ConcurrentAppendException",
+            "ConcurrentDeleteReadException",
+            "ConcurrentWriteException",
+            "ProtocolChangedException",
+            "MetadataChangedException",
+            "DELTA_METADATA_CHANGED",
+            "DELTA_PROTOCOL_CHANGED",
+        )
+    )
+
+
+def _spark_schema():  # noqa: ANN202 - pyspark types are imported lazily
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField("record_id", T.StringType(), False),
+            T.StructField("item_id", T.StringType(), False),
+            T.StructField("application", T.StringType(), False),
+            T.StructField("state", T.StringType(), False),
+            T.StructField("run_id", T.StringType(), False),
+            T.StructField("previous_record_id", T.StringType(), True),
+            T.StructField("payload", T.StringType(), True),
+            T.StructField("time", T.TimestampType(), False),
+            T.StructField("item_bucket", T.IntegerType(), False),
+        ]
+    )
+
+
+class ProcessingManifest:
+    """Writes to the processing manifest at `path` with Spark; see the module docstring.
+
+    `clock` gives record times (inject it for replays); `application` and `run_id` of operator
+    actions default to "operator" and a fresh id.
+    """
+
+    def __init__(
+        self,
+        spark: Any,
+        path: str,
+        *,
+        clock: Callable[[], dt.datetime] = utc_now,
+        max_attempts: int = MAX_ATTEMPTS,
+    ) -> None:
+        self.spark = spark
+        self.path = path
+        self.clock = clock
+        self.max_attempts = max_attempts
+        self.conflicts = 0  # Delta commit conflicts met so far (retried)
+        self.missed_swaps = 0  # MERGEs that inserted nothing because the item had changed
+        self._ready = False
+
+    # ------------------------------------------------------------------ table
+
+    def ensure_table(self) -> None:
+        """Create the table if absent (concurrent creators: one wins, the others see it)."""
+        if self._ready:
+            return
+        from delta.tables import DeltaTable
+
+        for attempt in range(self.max_attempts):
+            if DeltaTable.isDeltaTable(self.spark, self.path):
+                self._ready = True
+                return
+            try:
+                (
+                    DeltaTable.createIfNotExists(self.spark)
+                    .location(self.path)
+                    .addColumns(_spark_schema())
+                    .partitionedBy("item_bucket")
+                    .property("delta.appendOnly", "true")
+                    .property("delta.enableDeletionVectors", "false")
+                    .property("sessionize.manifest.buckets", str(BUCKETS))
+                    .comment("sessionize processing manifest: append-only records (seed 003)")
+                    .execute()
+                )
+                self._ready = True
+                return
+            except Exception as exc:  # a concurrent creator won: look again
+                if attempt + 1 >= self.max_attempts:
+                    raise
+                log.debug("manifest creation raced (%s); retrying", exc)
+                time.sleep(0.05 + random.random() * 0.2)
+
+    def records(self, item: str) -> list[Record]:
+        """The item's records at the table's latest version (read with delta-rs: fast, no job).
+
+        The snapshot may lag the one the MERGE reads; the MERGE's condition catches that.
+        """
+        self.ensure_table()
+        return read_records(self.path, item=item)
+
+    def state(self, item: str, now: dt.datetime | None = None) -> ItemState:
+        """The item's derived state, read now (delta-rs)."""
+        return derive_item_state(self.records(item), now or self.clock(), item_id=item)
+
+    def compact(self) -> None:
+        """Bin-pack the small files the records leave (one per record); retried on conflicts."""
+        from delta.tables import DeltaTable
+
+        self.ensure_table()
+        for attempt in range(self.max_attempts):
+            try:
+                DeltaTable.forPath(self.spark, self.path).optimize().executeCompaction()
+                return
+            except Exception as exc:
+                if not _is_conflict(exc) or attempt + 1 >= self.max_attempts:
+                    raise
+                self.conflicts += 1
+                time.sleep(0.05 + random.random() * 0.2)
+
+    # ------------------------------------------------------------------ the one write path
+
+    def _append(self, item: str, build: Callable[[ItemState], Record | None]) -> Record | None:
+        """Derive the item's state, build the next record from it and commit it conditionally.
+
+        `build` raises when the record is illegal in that state, or returns None when there is
+        nothing to write. Retries on Delta conflicts and on missed swaps, re-deriving each time.
+        """
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        self.ensure_table()
+        bucket = item_bucket(item)
+        for attempt in range(self.max_attempts):
+            seen = self.records(item)
+            current = derive_item_state(seen, self.clock(), item_id=item)
+            record = build(current)
+            if record is None:
+                return None
+            # Keep times strictly increasing per item, so the fold's order is the commit order.
+            latest = max((r.time for r in seen), default=None)
+            if latest is not None and record.time <= latest:
+                record = Record(**{**record.__dict__, "time": latest + _ONE_MICROSECOND})
+            source_schema = T.StructType(
+                [f for f in _spark_schema().fields if f.name != "time"]
+                + [
+                    T.StructField("micros", T.LongType(), False),
+                    T.StructField("seen", T.ArrayType(T.StringType(), False), False),
+                ]
+            )
+            source = self.spark.createDataFrame(
+                [
+                    (
+                        record.record_id,
+                        record.item_id,
+                        record.application,
+                        record.state.value,
+                        record.run_id,
+                        record.previous_record_id,
+                        record.payload_json,
+                        bucket,
+                        _micros(record.time),
+                        [r.record_id for r in seen],
+                    )
+                ],
+                source_schema,
+            )
+            condition = (
+                (F.col("t.item_bucket") == F.lit(bucket))
+                & (F.col("t.item_id") == F.lit(item))
+                & ~F.array_contains(F.col("s.seen"), F.col("t.record_id"))
+            )
+            values = {c: F.col(f"s.{c}") for c in COLUMNS if c != "time"}
+            values["time"] = F.timestamp_micros(F.col("s.micros"))
+            try:
+                result = (
+                    DeltaTable.forPath(self.spark, self.path)
+                    .alias("t")
+                    .merge(source.alias("s"), condition)
+                    .whenNotMatchedInsert(values=values)
+                    .execute()
+                )
+            except Exception as exc:
+                if not _is_conflict(exc):
+                    raise
+                self.conflicts += 1
+                log.debug("manifest conflict on %s (attempt %d): %s", item, attempt + 1, exc)
+                time.sleep(min(1.0, 0.02 * 2 ** min(attempt, 5)) * (0.5 + random.random()))
+                continue
+            inserted = result.first()["num_inserted_rows"]
+            if inserted == 1:
+                return record
+            # The item gained a record between our read and the MERGE's snapshot: look again.
+            self.missed_swaps += 1
+        raise ManifestConflictError(
+            f"Could not write a record for item {item} after {self.max_attempts} attempts: "
+            "other writers kept changing its manifest partition."
+        )
+
+    def _new_record(
+        self,
+        item: str,
+        state: RecordState,
+        application: str,
+        run_id: str,
+        previous: Record | None = None,
+        payload: Mapping[str, Any] | None = None,
+    ) -> Record:
+        return Record(
+            record_id=uuid.uuid4().hex,
+            item_id=item,
+            application=application,
+            state=state,
+            run_id=run_id,
+            previous_record_id=previous.record_id if previous else None,
+            payload=dict(payload) if payload else None,
+            time=self.clock(),
+        )
+
+    # ------------------------------------------------------------------ records
+
+    def discover(
+        self, item: str, application: str, run_id: str, payload: Mapping[str, Any] | None = None
+    ) -> Record | None:
+        """Add New if the item has no records yet (else nothing: returns None)."""
+
+        def build(current: ItemState) -> Record | None:
+            if current.records:
+                return None
+            return self._new_record(item, RecordState.NEW, application, run_id, payload=payload)
+
+        return self._append(item, build)
+
+    def lock(
+        self, item: str, application: str, run_id: str, payload: Mapping[str, Any] | None = None
+    ) -> Record:
+        """Add Processing (take the lock) unless the item is locked, fail-locked, skipped or invalid.
+
+        Raises ItemLockedError (one sentence naming the item and the holder's run) otherwise.
+        """
+
+        def build(current: ItemState) -> Record:
+            if current.status not in LOCKABLE:
+                raise ItemLockedError(_refusal(current, f"run {run_id} cannot lock it"))
+            return self._new_record(
+                item, RecordState.PROCESSING, application, run_id, payload=payload
+            )
+
+        record = self._append(item, build)
+        assert record is not None
+        return record
+
+    def _close(
+        self, lock_record: Record, state: RecordState, payload: Mapping[str, Any] | None
+    ) -> Record:
+        def build(current: ItemState) -> Record:
+            if current.lock is None or current.lock.record_id != lock_record.record_id:
+                raise LockLostError(
+                    f"Run {lock_record.run_id} no longer holds the lock on item "
+                    f"{lock_record.item_id} ({current.describe()}), so it cannot be marked "
+                    f"{state.value}."
+                )
+            return self._new_record(
+                lock_record.item_id,
+                state,
+                lock_record.application,
+                lock_record.run_id,
+                previous=lock_record,
+                payload=payload,
+            )
+
+        record = self._append(lock_record.item_id, build)
+        assert record is not None
+        return record
+
+    def complete(self, lock_record: Record, payload: Mapping[str, Any] | None = None) -> Record:
+        """Add Processed referring to the lock (releases it)."""
+        return self._close(lock_record, RecordState.PROCESSED, payload)
+
+    def fail(
+        self, lock_record: Record, reason: str, payload: Mapping[str, Any] | None = None
+    ) -> Record:
+        """Add Failed referring to the lock: the item stays fail-locked until resolved."""
+        return self._close(lock_record, RecordState.FAILED, {**(payload or {}), "reason": reason})
+
+    def abandon(
+        self,
+        item: str,
+        reason: str = "abandoned",
+        *,
+        application: str = OPERATOR,
+        run_id: str | None = None,
+        holder_run_id: str | None = None,
+    ) -> Record:
+        """Fail the open lock of a crashed run (Failed referring to its Processing record).
+
+        With `holder_run_id`, only that run's lock is abandoned. Resolve the item afterwards.
+        """
+        operator_run = run_id or _operator_run_id()
+
+        def build(current: ItemState) -> Record:
+            if current.status is not ItemStatus.LOCKED or current.lock is None:
+                raise ManifestStateError(
+                    f"Item {item} has no lock to abandon ({current.describe()})."
+                )
+            if holder_run_id is not None and current.lock.run_id != holder_run_id:
+                raise ManifestStateError(
+                    f"Item {item} is locked by run {current.lock.run_id}, not {holder_run_id}."
+                )
+            return self._new_record(
+                item,
+                RecordState.FAILED,
+                application,
+                operator_run,
+                previous=current.lock,
+                payload={"reason": reason, "abandoned_run_id": current.lock.run_id},
+            )
+
+        record = self._append(item, build)
+        assert record is not None
+        return record
+
+    def resolve(
+        self, item: str, reason: str, *, application: str = OPERATOR, run_id: str | None = None
+    ) -> Record:
+        """Add Resolved referring to the open Failed record: the item may be locked again."""
+        operator_run = run_id or _operator_run_id()
+
+        def build(current: ItemState) -> Record:
+            if current.status is not ItemStatus.FAIL_LOCKED or current.failure is None:
+                raise ManifestStateError(
+                    f"Item {item} has no failure to resolve ({current.describe()})."
+                )
+            return self._new_record(
+                item,
+                RecordState.RESOLVED,
+                application,
+                operator_run,
+                previous=current.failure,
+                payload={"reason": reason},
+            )
+
+        record = self._append(item, build)
+        assert record is not None
+        return record
+
+    def skip(
+        self, item: str, reason: str, *, application: str = OPERATOR, run_id: str | None = None
+    ) -> Record:
+        """Add Skipped: no application touches the item again (not while it is locked)."""
+        operator_run = run_id or _operator_run_id()
+
+        def build(current: ItemState) -> Record:
+            if current.status not in SKIPPABLE:
+                raise ItemLockedError(_refusal(current, "it cannot be skipped"))
+            return self._new_record(
+                item, RecordState.SKIPPED, application, operator_run, payload={"reason": reason}
+            )
+
+        record = self._append(item, build)
+        assert record is not None
+        return record
+
+    @contextmanager
+    def processing(
+        self,
+        item: str,
+        application: str,
+        run_id: str,
+        payload: Mapping[str, Any] | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """Lock the item, yield a payload dict to fill, then complete (or fail with the error).
+
+        The Processed record carries the dict; a Failed one carries it plus `reason`
+        (`<ExceptionType>: <message>`), and the exception propagates.
+        """
+        lock_record = self.lock(item, application, run_id, payload)
+        result: dict[str, Any] = {}
+        try:
+            yield result
+        except BaseException as exc:
+            reason = f"{type(exc).__name__}: {exc}".strip()
+            try:
+                self.fail(lock_record, reason[:2000], payload=_jsonable(result))
+            except Exception as failure:  # keep the original error; say the manifest is stuck
+                exc.add_note(
+                    f"Recording the failure of {item} in the processing manifest failed: {failure}"
+                )
+            raise
+        self.complete(lock_record, payload=_jsonable(result))
+
+
+def _jsonable(payload: Mapping[str, Any]) -> dict[str, Any]:
+    return {str(k): v for k, v in payload.items()}
+
+
+def _operator_run_id() -> str:
+    return f"operator-{uuid.uuid4().hex[:12]}"
+
+
+def _refusal(current: ItemState, consequence: str) -> str:
+    """`Item X is locked by run R (app) for 3s; run S cannot lock it.`"""
+    text = current.describe()
+    return f"{text[0].upper()}{text[1:]}; {consequence}."
+
+
+# ---------------------------------------------------------------------- readers (delta-rs)
+
+
+def _open(path: str):  # noqa: ANN202
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(path)
+    except TableNotFoundError:
+        return None
+
+
+def read_records(
+    path: str, item_prefix: str | None = None, item: str | None = None
+) -> list[Record]:
+    """Records via delta-rs (no Spark) by item and time; optionally of one item or an id prefix."""
+    table = _open(path)
+    if table is None:
+        return []
+    partitions = [("item_bucket", "=", str(item_bucket(item)))] if item is not None else None
+    filters = [("item_id", "=", item)] if item is not None else None
+    columns = [c for c in COLUMNS if c != "item_bucket"]
+    rows = table.to_pyarrow_table(
+        partitions=partitions, columns=columns, filters=filters
+    ).to_pylist()
+    records = [Record.from_row(row) for row in rows]
+    if item is not None:
+        records = [r for r in records if r.item_id == item]
+    if item_prefix:
+        records = [r for r in records if r.item_id.startswith(item_prefix)]
+    return sorted(records, key=lambda r: (r.item_id, *record_order(r)))
+
+
+def item_states(
+    path: str, prefix: str | None = None, now: dt.datetime | None = None
+) -> dict[str, ItemState]:
+    """Every item's derived state (delta-rs), keyed by item id; `now` defaults to the clock."""
+    return derive_item_states(read_records(path, item_prefix=prefix), now or utc_now())
+
+
+def item_state(path: str, item: str, now: dt.datetime | None = None) -> ItemState:
+    """One item's derived state (delta-rs, reads one bucket)."""
+    return derive_item_state(read_records(path, item=item), now or utc_now(), item_id=item)
+
+
+def last_processed_payload(path: str, item: str) -> dict[str, Any] | None:
+    """The payload of the item's latest Processed record (None if never processed)."""
+    processed = [r for r in read_records(path, item=item) if r.state is RecordState.PROCESSED]
+    if not processed:
+        return None
+    latest = max(processed, key=lambda r: (r.time, r.record_id))
+    return latest.payload or {}
+
+
+# ---------------------------------------------------------------------- cursor checkpoints
+
+CURSOR_STATE = "cursor_state"
+"""Table name of the cursor checkpoint store (`lake.table(CURSOR_STATE)`)."""
+
+
+class CursorConflictError(UserError):
+    """Another run checkpointed the same cursor since this run loaded it."""
+
+
+def _cursor_schema():  # noqa: ANN202
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField("cursor_name", T.StringType(), False),
+            T.StructField("sequence", T.LongType(), False),
+            T.StructField("state", T.StringType(), False),
+            T.StructField("run_id", T.StringType(), True),
+            T.StructField("checkpoint_time", T.TimestampType(), False),
+        ]
+    )
+
+
+class CursorCheckpointStore:
+    """Cursor state (`core.cursor.CursorState`) checkpoints in an append-only Delta table.
+
+    One row per checkpoint: `cursor_name, sequence, state (JSON, the seed's shape), run_id,
+    checkpoint_time`; the latest sequence of a name is its state, older rows are history. A save
+    is an insert-only MERGE conditioned on "no row of this cursor with this sequence or later",
+    so a run that loaded a stale state cannot move the cursor (CursorConflictError); commit
+    conflicts caused by other cursors are retried.
+    """
+
+    def __init__(
+        self,
+        spark: Any,
+        path: str,
+        *,
+        clock: Callable[[], dt.datetime] = utc_now,
+        max_attempts: int = MAX_ATTEMPTS,
+    ) -> None:
+        self.spark = spark
+        self.path = path
+        self.clock = clock
+        self.max_attempts = max_attempts
+        self._sequence: dict[str, int] = {}
+        self._ready = False
+
+    def ensure_table(self) -> None:
+        from delta.tables import DeltaTable
+
+        if self._ready:
+            return
+        for attempt in range(self.max_attempts):
+            if DeltaTable.isDeltaTable(self.spark, self.path):
+                break
+            try:
+                (
+                    DeltaTable.createIfNotExists(self.spark)
+                    .location(self.path)
+                    .addColumns(_cursor_schema())
+                    .property("delta.appendOnly", "true")
+                    .property("delta.enableDeletionVectors", "false")
+                    .comment("sessionize cursor checkpoints (seed 004)")
+                    .execute()
+                )
+                break
+            except Exception:
+                if attempt + 1 >= self.max_attempts:
+                    raise
+                time.sleep(0.05 + random.random() * 0.2)
+        self._ready = True
+
+    def load(self, name: str) -> CursorState:
+        """The cursor's latest checkpointed state (empty when never saved)."""
+        row = _latest_cursor_row(self.path, name)
+        self._sequence[name] = row["sequence"] if row else 0
+        return CursorState.from_dict(json.loads(row["state"]) if row else None)
+
+    def save(self, name: str, state: CursorState, run_id: str | None = None) -> int:
+        """Checkpoint `state` as the cursor's next sequence; returns that sequence."""
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+
+        self.ensure_table()
+        if name not in self._sequence:
+            self.load(name)
+        expected = self._sequence[name]
+        sequence = expected + 1
+        payload = json.dumps(state.to_dict(), sort_keys=True)
+        for attempt in range(self.max_attempts):
+            source = self.spark.createDataFrame(
+                [(name, sequence, payload, run_id, _micros(self.clock()))],
+                "cursor_name string, sequence long, state string, run_id string, micros long",
+            )
+            try:
+                result = (
+                    DeltaTable.forPath(self.spark, self.path)
+                    .alias("t")
+                    .merge(
+                        source.alias("s"),
+                        (F.col("t.cursor_name") == F.lit(name))
+                        & (F.col("t.sequence") >= F.col("s.sequence")),
+                    )
+                    .whenNotMatchedInsert(
+                        values={
+                            "cursor_name": "s.cursor_name",
+                            "sequence": "s.sequence",
+                            "state": "s.state",
+                            "run_id": "s.run_id",
+                            "checkpoint_time": F.timestamp_micros(F.col("s.micros")),
+                        }
+                    )
+                    .execute()
+                )
+            except Exception as exc:
+                if not _is_conflict(exc) or attempt + 1 >= self.max_attempts:
+                    raise
+                time.sleep(min(1.0, 0.02 * 2 ** min(attempt, 5)) * (0.5 + random.random()))
+                continue
+            if result.first()["num_inserted_rows"] == 1:
+                self._sequence[name] = sequence
+                return sequence
+            break
+        latest = _latest_cursor_row(self.path, name)
+        raise CursorConflictError(
+            f"Cursor {name} was checkpointed by run {latest['run_id'] if latest else '?'} "
+            f"(sequence {latest['sequence'] if latest else '?'}) after this run loaded "
+            f"sequence {expected}; load it again before continuing."
+        )
+
+    def checkpointer(self, name: str, run_id: str | None = None) -> Callable[[CursorState], int]:
+        """A checkpoint callback for `core.cursor.run_slices`."""
+        if name not in self._sequence:
+            self.load(name)
+        return lambda state: self.save(name, state, run_id)
+
+
+def _latest_cursor_row(path: str, name: str) -> dict[str, Any] | None:
+    table = _open(path)
+    if table is None:
+        return None
+    rows = [r for r in table.to_pyarrow_table().to_pylist() if r["cursor_name"] == name]
+    return max(rows, key=lambda r: r["sequence"]) if rows else None
+
+
+def read_cursor_state(path: str, name: str) -> CursorState:
+    """A cursor's latest state via delta-rs (no Spark; for sensors and status)."""
+    row = _latest_cursor_row(path, name)
+    return CursorState.from_dict(json.loads(row["state"]) if row else None)
+
+
+def read_cursor_history(path: str, name: str) -> list[dict[str, Any]]:
+    """Every checkpoint of a cursor, oldest first (`sequence, state, run_id, checkpoint_time`)."""
+    table = _open(path)
+    if table is None:
+        return []
+    rows = [r for r in table.to_pyarrow_table().to_pylist() if r["cursor_name"] == name]
+    return sorted(rows, key=lambda r: r["sequence"])
