@@ -7,11 +7,13 @@ User mistakes are one sentence on stderr and exit code 2; a failed verification 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import os
 import shutil
 import subprocess
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -318,12 +320,41 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+QUIET_COMMANDS = {"run", "backfill", "demo", "verify"}
+
+
+@contextlib.contextmanager
+def engine_logs_to_file(home: Home, enabled: bool):
+    """Send Dagster's and Spark's console logs (file descriptor 2) to <home>/logs/engine.log.
+
+    The command's own report goes to stdout; errors are printed after stderr is restored.
+    """
+    if not enabled:
+        yield
+        return
+    folder = home.root / "logs"
+    folder.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(folder / "engine.log", "ab") as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore", message=".*is currently in (beta|preview).*")
     try:
         ctx = Context(args)
-        return args.func(ctx)
+        quiet = args.command in QUIET_COMMANDS and not args.verbose
+        with engine_logs_to_file(ctx.home, quiet):
+            return args.func(ctx)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -20,6 +20,10 @@ session_mode: gap
 """
 
 
+def _total(value) -> int:  # noqa: ANN001 - an int or a count per kind
+    return sum(value.values()) if isinstance(value, dict) else int(value)
+
+
 def _reset(ctx) -> None:  # noqa: ANN001
     """The demo owns its home: it starts from an empty warehouse, landing folder and instance."""
     home = ctx.home
@@ -61,8 +65,8 @@ def run_demo(ctx) -> None:  # noqa: ANN001 - cli.Context
     )
     print(
         f"generated {summary.total_rows} rows over {args.days} load days in {landing} "
-        f"({summary.late_rows} late, {summary.duplicate_rows} duplicates, "
-        f"{summary.malformed_rows} malformed, {summary.bot_sessions} bot sessions)"
+        f"({summary.late_rows} late, {_total(summary.duplicate_rows)} duplicates, "
+        f"{_total(summary.malformed_rows)} malformed, {summary.bot_sessions} bot sessions)"
     )
     tables = {n: ctx.table(n) for n in (EVENTS, INVALID_EVENTS, LOAD_LOG)}
     for offset in range(args.days):
@@ -71,7 +75,9 @@ def run_demo(ctx) -> None:  # noqa: ANN001 - cli.Context
         now = dt.datetime.combine(day + dt.timedelta(days=1), dt.time(0, 30), tzinfo=dt.UTC)
         print(f"\n=== load day {day} (now = {now:%Y-%m-%d %H:%M} UTC) ===")
         started = dt.datetime.now(dt.UTC)
-        report = load_paths(ctx.spark, [folder], ctx.settings, tables, now, load_tstamp_from="load_tstamp")
+        report = load_paths(
+            ctx.spark, [folder], ctx.settings, tables, now, load_tstamp_from="load_tstamp"
+        )
         record_load(ctx.instance, report, started)
         print(
             f"loaded {report.rows_read} rows: kept {report.rows_kept}, rejected {report.rows_invalid}"

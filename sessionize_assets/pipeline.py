@@ -17,6 +17,14 @@ def _lake(ctx, now: dt.datetime | None = None) -> LakeResource:  # noqa: ANN001 
     )
 
 
+def _spark_resource(ctx):  # noqa: ANN001, ANN202
+    """The Dagster Spark resource over the process's session (started once, shared by all runs)."""
+    from sessionize_assets.resources.spark import SparkDeltaResource
+
+    ctx.spark  # noqa: B018 - start the one session with the user's settings first
+    return SparkDeltaResource(spark_config=dict(ctx.settings.spark))
+
+
 @dataclass
 class PipelineReport:
     """What one `run` (or backfill) did, branch by branch."""
@@ -24,11 +32,7 @@ class PipelineReport:
     sections: list[tuple[str, list[str]]] = field(default_factory=list)
 
     def lines(self) -> list[str]:
-        out = []
-        for title, lines in self.sections:
-            out.append(f"{title}:")
-            out.extend(f"  {line}" for line in lines)
-        return out
+        return [line for _, lines in self.sections for line in lines]
 
 
 def run_pipeline(ctx, now: dt.datetime | None = None) -> PipelineReport:  # noqa: ANN001
@@ -40,7 +44,7 @@ def run_pipeline(ctx, now: dt.datetime | None = None) -> PipelineReport:  # noqa
     report = PipelineReport()
     time_based = run_time_based(lake, ctx.spark, ctx.instance)
     report.sections.append(("time-based branch", time_based.lines()))
-    sessions = run_sessions(lake, ctx.spark, ctx.instance)
+    sessions = run_sessions(lake, _spark_resource(ctx), ctx.instance)
     report.sections.append(("session-based branch", sessions.lines()))
     return report
 
