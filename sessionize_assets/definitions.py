@@ -16,6 +16,7 @@ from sessionize_assets.assets import ingest, sessions, time_based
 from sessionize_assets.home import Home
 from sessionize_assets.jobs import build_jobs
 from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.manifest_lock import session_lock
 from sessionize_assets.resources.spark import SparkDeltaResource
 from sessionize_assets.sensors import late_days, new_loads, session_models
 from sessionize_assets.settings import settings_file
@@ -36,7 +37,7 @@ def build_definitions(
     assets = [
         *ingest.build_assets(settings),
         *time_based.build_assets(settings),
-        *sessions.build_assets(settings),
+        *sessions.build_assets(settings, lock=session_lock),
     ]
     checks = [*time_based_checks.build_checks(settings)]
     sensors = [
