@@ -1,0 +1,172 @@
+"""Snowplow's run limits (seed 000): the package state and the window one incremental run takes on.
+
+Plain Python, no Spark. With B = `backfill_limit_days` and L = `lookback_window_hours`, bounds
+inclusive (SPEC section 6):
+
+| state | when | lower limit | upper limit |
+|---|---|---|---|
+| 1 first run | no enabled model in the manifest | start_date | least(start_date + B, now) |
+| 2 new model | some enabled model missing | start_date | least(max_last_success, start_date + B) |
+| 3 out of sync | min_last_success < max_last_success | min_last_success - L | least(max_last_success, min_last_success + B) |
+| 4 standard | otherwise | max_last_success - L | least(max_last_success + B, now) |
+
+A model whose `last_success` is at or past the upper limit skips the window; `last_success`
+only moves forward, and only for a model that succeeded.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+
+class PackageState(IntEnum):
+    """The four states of Snowplow's incremental logic."""
+
+    FIRST_RUN = 1
+    NEW_MODEL = 2
+    OUT_OF_SYNC = 3
+    STANDARD = 4
+
+
+# Snowplow's own log lines (dbt's `snowplow_<package>_base_new_event_limits`).
+STATE_MESSAGES: dict[PackageState, str] = {
+    PackageState.FIRST_RUN: "Snowplow: No data in manifest. Processing data from start_date",
+    PackageState.NEW_MODEL: "Snowplow: New Snowplow incremental model. Backfilling",
+    PackageState.OUT_OF_SYNC: "Snowplow: Snowplow incremental models out of sync. Syncing",
+    PackageState.STANDARD: "Snowplow: Standard incremental run",
+}
+NO_DATA_WARNING = (
+    "Snowplow Warning: No data in {table} for date range from variables, please modify your run "
+    "variables to include data if this is not expected."
+)
+
+
+def as_utc(value: dt.datetime) -> dt.datetime:
+    """An aware UTC datetime (naive values are taken as UTC)."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=dt.UTC)
+    return value.astimezone(dt.UTC)
+
+
+def start_of_day(day: dt.date) -> dt.datetime:
+    """Midnight UTC of a day."""
+    return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
+
+
+def format_tstamp(value: dt.datetime) -> str:
+    """`YYYY-MM-DD HH:MM:SS[.ffffff]` in UTC, as Snowplow prints its limits."""
+    value = as_utc(value)
+    text = value.strftime("%Y-%m-%d %H:%M:%S")
+    return f"{text}.{value.microsecond:06d}" if value.microsecond else text
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """The state and the inclusive window [lower_limit, upper_limit] of one run."""
+
+    state: PackageState
+    lower_limit: dt.datetime
+    upper_limit: dt.datetime
+    enabled_models: tuple[str, ...]
+    models_in_manifest: int
+    min_last_success: dt.datetime | None
+    max_last_success: dt.datetime | None
+
+    @property
+    def state_message(self) -> str:
+        return STATE_MESSAGES[self.state]
+
+    @property
+    def window_message(self) -> str:
+        return (
+            f"Snowplow: Processing data between {format_tstamp(self.lower_limit)} "
+            f"and {format_tstamp(self.upper_limit)}"
+        )
+
+    def log_lines(self) -> list[str]:
+        """The two lines Snowplow logs at the start of every run."""
+        return [self.state_message, self.window_message]
+
+    def reaches(self, now: dt.datetime) -> bool:
+        """True when the window's upper limit is now: nothing newer is waiting for a later run."""
+        return self.upper_limit >= as_utc(now)
+
+    def as_metadata(self) -> dict[str, Any]:
+        """Plain values for materialization metadata."""
+        return {
+            "state": int(self.state),
+            "state_name": self.state.name.lower(),
+            "state_message": self.state_message,
+            "lower_limit": self.lower_limit.isoformat(),
+            "upper_limit": self.upper_limit.isoformat(),
+            "window": self.window_message,
+            "models_in_manifest": self.models_in_manifest,
+            "enabled_models": ", ".join(self.enabled_models),
+        }
+
+
+def run_limits(
+    last_successes: Mapping[str, dt.datetime | None],
+    enabled_models: Sequence[str],
+    start_date: dt.date,
+    backfill_limit_days: int,
+    lookback_window_hours: int,
+    now: dt.datetime,
+) -> RunLimits:
+    """Snowplow's `get_run_limits`: the state and window from the manifest's enabled models.
+
+    `last_successes` maps a model to its `last_success` (models absent from the manifest are
+    absent from the mapping; rows of disabled models are ignored, as Snowplow's query does).
+    """
+    if not enabled_models:
+        raise ValueError("run_limits needs at least one enabled model")
+    now = as_utc(now)
+    start = start_of_day(start_date)
+    backfill = dt.timedelta(days=backfill_limit_days)
+    lookback = dt.timedelta(hours=lookback_window_hours)
+    known = [
+        as_utc(last_successes[m])
+        for m in enabled_models
+        if m in last_successes and last_successes[m] is not None
+    ]
+    min_ls = min(known) if known else None
+    max_ls = max(known) if known else None
+    if not known:
+        state, lower, upper = PackageState.FIRST_RUN, start, min(start + backfill, now)
+    elif len(known) < len(set(enabled_models)):
+        state, lower, upper = PackageState.NEW_MODEL, start, min(max_ls, start + backfill)
+    elif min_ls < max_ls:
+        state = PackageState.OUT_OF_SYNC
+        lower, upper = min_ls - lookback, min(max_ls, min_ls + backfill)
+    else:
+        state, lower, upper = PackageState.STANDARD, max_ls - lookback, min(max_ls + backfill, now)
+    return RunLimits(
+        state=state,
+        lower_limit=lower,
+        upper_limit=upper,
+        enabled_models=tuple(enabled_models),
+        models_in_manifest=len(known),
+        min_last_success=min_ls,
+        max_last_success=max_ls,
+    )
+
+
+def skips_window(last_success: dt.datetime | None, limits: RunLimits) -> bool:
+    """A model already past the window skips it (its last_success is at or after the upper limit)."""
+    return last_success is not None and as_utc(last_success) >= limits.upper_limit
+
+
+def next_last_success(
+    previous: dt.datetime | None, processed_max: dt.datetime | None, succeeded: bool
+) -> dt.datetime | None:
+    """`last_success` after a run: moves forward only, and only when the model succeeded."""
+    if not succeeded or processed_max is None:
+        return previous
+    processed_max = as_utc(processed_max)
+    if previous is None:
+        return processed_max
+    return max(as_utc(previous), processed_max)

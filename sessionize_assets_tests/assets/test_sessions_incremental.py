@@ -1,0 +1,159 @@
+"""How the session models move: what a run reads, a new model's backfill (state 2), a model
+that failed (state 3), and a change feed that no longer covers the consumed version."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+
+import pytest
+
+from sessionize_assets.assets.sessions import SessionModelError, read_manifest
+from sessionize_assets.commands.sessions import verify_sessions
+from sessionize_assets.core.run_limits import PackageState
+from sessionize_assets.home import Home
+from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.tables import FILTERED_EVENTS, USERS
+from sessionize_assets_tests.assets.test_sessions_support import (
+    event,
+    make_settings,
+    run,
+    write_load_day,
+    write_load_days,
+    write_settings,
+)
+
+DAY0 = dt.date(2021, 1, 1)
+
+
+def daily_activity(day: dt.date, users: int = 3) -> list[dict]:
+    """Every user: a morning and an evening session of 4 events, loaded the same day."""
+    rows = []
+    for u in range(users):
+        for hour in (8, 19):
+            for minute in (0, 5, 10, 15):
+                when = dt.datetime.combine(day, dt.time(hour, minute + u), tzinfo=dt.UTC)
+                rows.append(event(when, f"user{u}", f"user{u}-{day}-{hour}", loaded=when + dt.timedelta(minutes=5)))
+    return rows
+
+
+def lake_for(home, settings, now: str) -> LakeResource:
+    return LakeResource(home=str(home), config_file=str(write_settings(home, settings)), now=now)
+
+
+@pytest.mark.parametrize("mode", ["id", "gap"])
+def test_rows_read_grow_with_new_data_not_with_history(spark, tmp_path, mode):
+    """One new day on 5 or on 50 days of history: the incremental run reads the same rows."""
+    reads = {}
+    for history_days in (5, 50):
+        home = tmp_path / f"h{history_days}"
+        home.mkdir()
+        s = make_settings(start_date=DAY0.isoformat(), session_mode=mode, backfill_limit_days=60,
+                          max_session_days=1, session_gap_minutes=30)
+        days = [DAY0 + dt.timedelta(days=i) for i in range(history_days)]
+        write_load_days(spark, home, {d: daily_activity(d) for d in days})
+        new_day = DAY0 + dt.timedelta(days=history_days)
+        first = run(spark, home, s, dt.datetime.combine(new_day, dt.time(0), tzinfo=dt.UTC))
+        assert first.models["sessions"].touched == history_days * 6
+        write_load_day(spark, home, new_day, daily_activity(new_day))
+        outcome = run(spark, home, s, dt.datetime.combine(new_day + dt.timedelta(days=1), dt.time(0), tzinfo=dt.UTC))
+        reads[history_days] = (outcome.models["sessions"].rows_read, outcome.models["users"].rows_read)
+        assert outcome.models["sessions"].touched == 6  # the new day's sessions
+    (sessions_5, users_5), (sessions_50, users_50) = reads[5], reads[50]
+    assert sessions_5 == sessions_50, (sessions_5, sessions_50)
+    # the new day (24 rows) in the window and the feed, plus the 6-hour lookback before it
+    assert sessions_50["change feed rows"] == 24
+    assert sum(sessions_50.values()) < 24 * 10  # fewer rows than ten days of events, on 50 days of history
+    # users are recomputed from the sessions of the users the run touched (not from events)
+    assert users_50["sessions of touched users"] == 3 * 2 * 51
+    assert users_5["sessions of touched users"] == 3 * 2 * 6
+
+
+def test_a_new_model_backfills_while_the_others_wait(spark, tmp_path):
+    """Enabling user_session_stats: state 2 replays from start_date for it alone (the others are
+    past those windows and skip them), then state 3 syncs it, then the models run together."""
+    home = tmp_path / "home"
+    home.mkdir()
+    s = make_settings(start_date=DAY0.isoformat(), backfill_limit_days=2, session_mode="gap")
+    write_load_days(spark, home, {DAY0 + dt.timedelta(days=i): daily_activity(DAY0 + dt.timedelta(days=i))
+                                  for i in range(5)})
+    now = "2021-01-06T00:00:00"
+    states = []
+    for _ in range(6):
+        outcome = run(spark, home, s, now)
+        states.append(outcome.limits.state)
+        if outcome.limits.reaches(dt.datetime.fromisoformat(now).replace(tzinfo=dt.UTC)):
+            break
+    assert states[0] == PackageState.FIRST_RUN and states[-1] == PackageState.STANDARD
+
+    with_stats = s.replace(session_models=["sessions", "users", "user_session_stats"])
+    log = []
+    for _ in range(6):
+        outcome = run(spark, home, with_stats, now)
+        log.append(outcome)
+        if outcome.limits.state == PackageState.STANDARD:
+            break
+    assert log[0].limits.state == PackageState.NEW_MODEL
+    assert log[0].limits.log_lines()[0] == "Snowplow: New Snowplow incremental model. Backfilling"
+    assert log[0].limits.lower_limit == dt.datetime(2021, 1, 1, tzinfo=dt.UTC)
+    assert log[0].models["user_session_stats"].ran
+    assert log[0].models["sessions"].skipped_reason and log[0].models["users"].skipped_reason
+    assert log[0].models["sessions"].total_rows_read == 0
+    assert PackageState.OUT_OF_SYNC in [o.limits.state for o in log]
+    assert log[-1].limits.state == PackageState.STANDARD
+    manifest = read_manifest(Home(home).table)
+    assert len({m.last_success for m in manifest.values()}) == 1
+    report = verify_sessions(lake_for(home, with_stats, now), spark)
+    assert report.compared["user_session_stats"] == 3
+    assert report.ok, "\n".join(report.lines())
+
+
+def test_a_failed_model_keeps_its_last_success_and_catches_up(spark, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    s = make_settings(start_date=DAY0.isoformat(), backfill_limit_days=10)
+    write_load_day(spark, home, DAY0, daily_activity(DAY0))
+    run(spark, home, s, "2021-01-02T00:00:00")
+    before = read_manifest(Home(home).table)
+    write_load_day(spark, home, DAY0 + dt.timedelta(days=1), daily_activity(DAY0 + dt.timedelta(days=1)))
+    users_path = Home(home).table(USERS)
+    shutil.move(users_path, users_path + ".away")
+    with open(users_path, "w") as f:  # the users table is unreadable for this run
+        f.write("not a table")
+    with pytest.raises(SessionModelError) as failure:
+        run(spark, home, s, "2021-01-03T00:00:00")
+    outcome = failure.value.outcome
+    assert outcome.models["sessions"].ran and outcome.models["users"].failed
+    after = read_manifest(Home(home).table)
+    assert after["sessions"].last_success > before["sessions"].last_success
+    assert after["users"] == before["users"]  # failed: nothing moved
+    shutil.os.remove(users_path)
+    shutil.move(users_path + ".away", users_path)
+    retry = run(spark, home, s, "2021-01-03T00:00:00")
+    assert retry.limits.state == PackageState.OUT_OF_SYNC
+    assert retry.models["sessions"].skipped_reason and retry.models["users"].ran
+    report = verify_sessions(lake_for(home, s, "2021-01-03T00:00:00"), spark)
+    assert report.ok, "\n".join(report.lines())
+
+
+def test_a_vacuumed_change_feed_means_a_full_rebuild(spark, tmp_path):
+    from deltalake import DeltaTable
+
+    home = tmp_path / "home"
+    home.mkdir()
+    s = make_settings(start_date=DAY0.isoformat(), backfill_limit_days=10, session_mode="gap")
+    write_load_day(spark, home, DAY0, daily_activity(DAY0))
+    run(spark, home, s, "2021-01-02T00:00:00")
+    # the load day is re-materialized twice (one user's evening gone), then the table vacuumed
+    rows = daily_activity(DAY0)
+    write_load_day(spark, home, DAY0, rows[:-4])
+    write_load_day(spark, home, DAY0, [r for r in rows if not (r["domain_userid"] == "user2" and r["derived_tstamp"].hour == 19)])
+    DeltaTable(Home(home).table(FILTERED_EVENTS)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    outcome = run(spark, home, s, "2021-01-02T00:00:00")
+    sessions = outcome.models["sessions"]
+    assert sessions.full_rebuild_reason and "no longer covers" in sessions.full_rebuild_reason
+    assert outcome.models["users"].full_rebuild_reason
+    assert any("rebuilding sessions in full" in w for w in outcome.warnings)
+    assert sessions.touched == 5
+    report = verify_sessions(lake_for(home, s, "2021-01-02T00:00:00"), spark)
+    assert report.ok, "\n".join(report.lines())

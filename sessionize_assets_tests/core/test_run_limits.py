@@ -1,0 +1,125 @@
+"""Snowplow's four package states and run limits (seed 000), as a table of cases."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from sessionize_assets.core.run_limits import (
+    PackageState,
+    format_tstamp,
+    next_last_success,
+    run_limits,
+    skips_window,
+)
+
+START = dt.date(2021, 1, 1)
+NOW = dt.datetime(2022, 1, 1, tzinfo=dt.UTC)
+MODELS = ("sessions", "users")
+
+
+def t(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC)
+
+
+# (case, manifest, enabled models, now, expected state, lower, upper); B = 30 days, L = 6 hours.
+CASES = [
+    ("first run", {}, MODELS, NOW, PackageState.FIRST_RUN, "2021-01-01", "2021-01-31"),
+    ("first run capped by now", {}, MODELS, t("2021-01-10 12:00"), PackageState.FIRST_RUN,
+     "2021-01-01", "2021-01-10 12:00"),
+    ("new model", {"sessions": t("2021-03-01"), "users": t("2021-03-01")},
+     ("sessions", "users", "user_session_stats"), NOW, PackageState.NEW_MODEL,
+     "2021-01-01", "2021-01-31"),
+    ("new model behind the backfill limit", {"sessions": t("2021-01-10"), "users": t("2021-01-10")},
+     ("sessions", "users", "user_session_stats"), NOW, PackageState.NEW_MODEL,
+     "2021-01-01", "2021-01-10"),
+    ("out of sync, close", {"sessions": t("2021-03-05"), "users": t("2021-03-01")}, MODELS, NOW,
+     PackageState.OUT_OF_SYNC, "2021-02-28 18:00", "2021-03-05"),
+    ("out of sync, far", {"sessions": t("2021-05-01"), "users": t("2021-03-01")}, MODELS, NOW,
+     PackageState.OUT_OF_SYNC, "2021-02-28 18:00", "2021-03-31"),
+    ("standard", {"sessions": t("2021-03-01"), "users": t("2021-03-01")}, MODELS, NOW,
+     PackageState.STANDARD, "2021-02-28 18:00", "2021-03-31"),
+    ("standard capped by now", {"sessions": t("2021-03-01"), "users": t("2021-03-01")}, MODELS,
+     t("2021-03-02 09:30"), PackageState.STANDARD, "2021-02-28 18:00", "2021-03-02 09:30"),
+    ("disabled model rows are ignored",
+     {"sessions": t("2021-03-01"), "users": t("2021-03-01"), "user_session_stats": t("2021-01-05")},
+     MODELS, NOW, PackageState.STANDARD, "2021-02-28 18:00", "2021-03-31"),
+]
+
+
+@pytest.mark.parametrize(
+    ("manifest", "models", "now", "state", "lower", "upper"),
+    [case[1:] for case in CASES],
+    ids=[case[0] for case in CASES],
+)
+def test_states_and_limits(manifest, models, now, state, lower, upper):
+    limits = run_limits(manifest, models, START, backfill_limit_days=30, lookback_window_hours=6, now=now)
+    assert limits.state == state
+    assert limits.lower_limit == t(lower)
+    assert limits.upper_limit == t(upper)
+    assert limits.models_in_manifest == len([m for m in models if m in manifest])
+
+
+def test_log_lines_use_snowplows_words():
+    first = run_limits({}, MODELS, START, 30, 6, NOW)
+    assert first.log_lines() == [
+        "Snowplow: No data in manifest. Processing data from start_date",
+        "Snowplow: Processing data between 2021-01-01 00:00:00 and 2021-01-31 00:00:00",
+    ]
+    new = run_limits({"sessions": t("2021-03-01")}, MODELS, START, 30, 6, NOW)
+    assert new.state_message == "Snowplow: New Snowplow incremental model. Backfilling"
+    sync = run_limits({"sessions": t("2021-03-02"), "users": t("2021-03-01")}, MODELS, START, 30, 6, NOW)
+    assert sync.state_message == "Snowplow: Snowplow incremental models out of sync. Syncing"
+    standard = run_limits(
+        {"sessions": t("2021-01-07 05:59:32"), "users": t("2021-01-07 05:59:32")}, MODELS, START, 2, 12, NOW
+    )
+    assert standard.log_lines() == [
+        "Snowplow: Standard incremental run",
+        "Snowplow: Processing data between 2021-01-06 17:59:32 and 2021-01-09 05:59:32",
+    ]
+    assert format_tstamp(t("2021-01-05 17:59:32.5")) == "2021-01-05 17:59:32.500000"
+
+
+def test_a_model_already_past_the_window_skips_it():
+    limits = run_limits(
+        {"sessions": t("2021-03-01"), "users": t("2021-03-01")},
+        ("sessions", "users", "user_session_stats"), START, 30, 6, NOW,
+    )
+    assert (limits.lower_limit, limits.upper_limit) == (t("2021-01-01"), t("2021-01-31"))
+    assert skips_window(t("2021-03-01"), limits)
+    assert skips_window(t("2021-01-31"), limits)  # at the upper limit: nothing left in the window
+    assert not skips_window(t("2021-01-30 23:59"), limits)
+    assert not skips_window(None, limits)
+
+
+def test_last_success_moves_forward_only_and_only_on_success():
+    before = t("2021-03-01")
+    assert next_last_success(before, t("2021-03-04"), succeeded=True) == t("2021-03-04")
+    assert next_last_success(before, t("2021-02-01"), succeeded=True) == before  # late data only
+    assert next_last_success(before, t("2021-03-04"), succeeded=False) == before
+    assert next_last_success(before, None, succeeded=True) == before  # no data found
+    assert next_last_success(None, t("2021-01-02"), succeeded=True) == t("2021-01-02")
+    assert next_last_success(None, t("2021-01-02"), succeeded=False) is None
+
+
+def test_catching_up_reaches_now_window_by_window():
+    """Replaying the limits run after run: each run starts where the last stopped, minus L."""
+    manifest: dict[str, dt.datetime] = {}
+    now = t("2021-03-15 10:00")
+    windows = []
+    for _ in range(10):
+        limits = run_limits(manifest, MODELS, START, 30, 6, now)
+        windows.append(limits)
+        processed = limits.upper_limit  # data everywhere: the greatest timestamp is the upper limit
+        manifest = {m: next_last_success(manifest.get(m), processed, True) for m in MODELS}
+        if limits.reaches(now):
+            break
+    assert [w.state for w in windows] == [PackageState.FIRST_RUN] + [PackageState.STANDARD] * 2
+    assert windows[1].lower_limit == t("2021-01-30 18:00")
+    assert windows[-1].upper_limit == now
+
+
+def test_needs_an_enabled_model():
+    with pytest.raises(ValueError):
+        run_limits({}, (), START, 30, 6, NOW)
