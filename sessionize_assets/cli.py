@@ -138,7 +138,12 @@ def cmd_generate(ctx: Context) -> int:
 def cmd_load(ctx: Context) -> int:
     from sessionize_assets.assets.ingest import record_load
     from sessionize_assets.loader import expand_paths, load_paths
-    from sessionize_assets.resources.tables import EVENTS, INVALID_EVENTS, LOAD_LOG
+    from sessionize_assets.resources.tables import (
+        EVENTS,
+        INVALID_EVENTS,
+        LOAD_LOG,
+        PROCESSING_MANIFEST,
+    )
 
     a = ctx.args
     expand_paths(a.paths)  # a wrong path is a user error before Spark starts
@@ -153,6 +158,7 @@ def cmd_load(ctx: Context) -> int:
         ctx.now,
         load_tstamp=load_tstamp,
         load_tstamp_from=a.load_tstamp_from,
+        manifest_path=ctx.table(PROCESSING_MANIFEST),
     )
     for line in report.lines():
         print(line, file=sys.stderr if line.startswith("WARNING") else sys.stdout)

@@ -46,7 +46,11 @@ def run_demo(ctx) -> None:  # noqa: ANN001 - cli.Context
     from sessionize_assets.generator import generate
     from sessionize_assets.loader import load_paths
     from sessionize_assets.pipeline import run_pipeline, verify_pipeline
-    from sessionize_assets.resources.tables import EVENTS, INVALID_EVENTS, LOAD_LOG
+    from sessionize_assets.resources.tables import (
+        EVENTS,
+        INVALID_EVENTS,
+        LOAD_LOG,
+    )
 
     args = ctx.args
     _reset(ctx)

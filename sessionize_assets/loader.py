@@ -405,8 +405,13 @@ def load_paths(
     now: dt.datetime,
     load_tstamp: dt.datetime | None = None,
     load_tstamp_from: str | None = None,
+    manifest_path: str | None = None,
 ) -> LoadReport:
-    """Land files or folders into `events`; a file loaded before (same SHA-256) is skipped."""
+    """Land files or folders into `events`; a file loaded before (same SHA-256) is skipped.
+
+    With `manifest_path`, every file goes through the processing manifest (item `file/<sha256>`).
+    """
+    load_run_id = f"load-{uuid.uuid4().hex[:12]}"
     if load_tstamp is not None and load_tstamp_from is not None:
         raise UserError("Give either --load-tstamp or --load-tstamp-from, not both.")
     files = expand_paths(paths)
@@ -423,8 +428,29 @@ def load_paths(
                 )
             )
             continue
-        report.files.append(
-            load_file(spark, path, sha, settings, tables, now, load_tstamp, load_tstamp_from)
-        )
+        if manifest_path is None:
+            result = load_file(
+                spark, path, sha, settings, tables, now, load_tstamp, load_tstamp_from
+            )
+        else:
+            # The file is an item of the processing manifest: locked while it loads, Processed
+            # with its counts, or Failed (fail-locked until an operator resolves it).
+            from sessionize_assets.resources.processing_manifest import ProcessingManifest
+
+            manifest = ProcessingManifest(spark, manifest_path)
+            with manifest.processing(f"file/{sha}", "sessionize load", load_run_id) as payload:
+                result = load_file(
+                    spark, path, sha, settings, tables, now, load_tstamp, load_tstamp_from
+                )
+                payload.update(
+                    {
+                        "path": str(path),
+                        "load_id": result.load_id,
+                        "rows_read": result.rows_read,
+                        "rows_kept": result.rows_kept,
+                        "rows_invalid": result.rows_invalid,
+                    }
+                )
+        report.files.append(result)
         seen[sha] = str(path)
     return report

@@ -215,3 +215,18 @@ def test_oracle_events_csv_loads_as_it_is(spark, home):
     # Rows without a load_tstamp took it from collector_tstamp; the 65 with one kept theirs.
     assert events.where(F.col("load_tstamp") != F.col("collector_tstamp")).count() <= 65
     assert events.where("load_date is null").count() == 0
+
+
+def test_each_file_load_goes_through_the_processing_manifest(spark, home, tmp_path):
+    from sessionize_assets.core.manifest_state import ItemStatus
+    from sessionize_assets.loader import file_sha256
+    from sessionize_assets.resources.processing_manifest import item_state
+    from sessionize_assets.resources.tables import PROCESSING_MANIFEST
+
+    f = tmp_path / "m.csv"
+    f.write_text(HEADER + "\ne1,web,page_view,u1,s1,2024-03-01 10:00:00,,2024-03-01 10:00:05,x\n")
+    manifest = Home(home).table(PROCESSING_MANIFEST)
+    _load(spark, home, [f], manifest_path=manifest)
+    state = item_state(manifest, f"file/{file_sha256(f)}")
+    assert state.status is ItemStatus.PROCESSED
+    assert state.last_processed.payload["rows_kept"] == 1
