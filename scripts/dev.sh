@@ -50,8 +50,12 @@ case "$command" in
   ui) setup; exec "$venv/bin/sessionize" --home "$demo_home" ui "$@" ;;
   test)
     setup
-    "$venv/bin/ruff" check sessionize_assets sessionize_assets_tests benchmarks
-    exec "$venv/bin/python" -m pytest "$@"
+    lint=0
+    "$venv/bin/ruff" check sessionize_assets sessionize_assets_tests benchmarks || lint=$?
+    tests=0
+    "$venv/bin/python" -m pytest "$@" || tests=$?
+    if [ "$lint" -ne 0 ]; then echo "ruff found problems (above)" >&2; fi
+    [ "$tests" -eq 0 ] && [ "$lint" -eq 0 ]
     ;;
   bench) setup; exec "$venv/bin/python" -m benchmarks.run "$@" ;;
   *)

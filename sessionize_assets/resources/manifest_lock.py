@@ -12,7 +12,11 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets.resources.processing_manifest import ProcessingManifest, asset_item, item_states
+from sessionize_assets.resources.processing_manifest import (
+    ProcessingManifest,
+    asset_item,
+    item_states,
+)
 from sessionize_assets.resources.tables import PROCESSING_MANIFEST
 
 
