@@ -305,6 +305,19 @@ def _read(spark: SparkSession, path: str, version: int | None = None) -> DataFra
     return reader.load(path)
 
 
+# Intermediate results up to this many rows become driver-local DataFrames (collected through
+# Arrow): later plans stay small and never recompute their lineage. Bigger ones are persisted.
+LOCAL_ROWS = 20_000
+
+
+def _localize(spark: SparkSession, df: DataFrame, limit: int = LOCAL_ROWS) -> DataFrame:
+    """`df` computed once: a local DataFrame when small, else persisted (unpersist when done)."""
+    table = df.limit(limit + 1).toArrow()
+    if table.num_rows <= limit:
+        return spark.createDataFrame(table, schema=df.schema)
+    return df.persist()
+
+
 def _ensure_table(spark: SparkSession, path: str, schema: str) -> None:
     if delta_version(path) is None:
         spark.createDataFrame([], schema).write.format("delta").mode("ignore").save(path)
@@ -546,8 +559,8 @@ def replace_sessions(
         .filter(F.col("user_identifier").isNotNull())
         .groupBy("user_identifier")
         .agg(F.min("start_tstamp").alias("_from"))
-        .persist()
     )
+    users = _localize(spark, users)
     user_rows = target.join(users, "user_identifier", "inner").join(replaced, "session_identifier", "left_anti")
     earlier = (
         user_rows.filter(F.col("start_tstamp") < F.col("_from"))
@@ -604,8 +617,8 @@ def replace_sessions(
                 F.lit(False).alias("_has_before"),
             )
         )
-        .persist()
     )
+    source = _localize(spark, source)
     counts = source.agg(
         F.sum(F.when(F.col("_delete"), 1).otherwise(0)).alias("deleted"),
         F.sum(F.when(~F.col("_delete") & F.col("_changed"), 1).otherwise(0)).alias("written"),
@@ -656,10 +669,10 @@ def process_sessions(
         earliest = min(limits.lower_limit, changes.min_usable or limits.lower_limit)
         bound = earliest - dt.timedelta(days=settings.session_lookback_days)
         keys = changed.select(F.col(core.SESSION_KEY).alias("session_identifier")).distinct()
-        old_lifecycle = (
-            lifecycle.filter(F.col("start_tstamp") >= F.lit(bound)).join(keys, "session_identifier", "left_semi").persist()
+        old_lifecycle = _localize(
+            spark, lifecycle.filter(F.col("start_tstamp") >= F.lit(bound)).join(keys, "session_identifier", "left_semi")
         )
-        ranges = core.id_read_ranges(changed, old_lifecycle, settings).persist()
+        ranges = _localize(spark, core.id_read_ranges(changed, old_lifecycle, settings))
         stats = ranges.agg(
             F.min(core._micros("_read_lo")).alias("lo"),
             F.max(core._micros("_read_hi")).alias("hi"),
@@ -681,9 +694,9 @@ def process_sessions(
         replaced_ids = ranges.select(F.col(core.SESSION_KEY).alias("session_identifier"))
         known = old_lifecycle
     else:
-        ranges = core.gap_change_ranges(changed, settings).persist()
+        ranges = _localize(spark, core.gap_change_ranges(changed, settings))
         user_ranges = ranges.withColumnRenamed(core.USER_KEY, "user_identifier")
-        old_lifecycle = core.overlapping(lifecycle, user_ranges, on=["user_identifier"]).persist()
+        old_lifecycle = _localize(spark, core.overlapping(lifecycle, user_ranges, on=["user_identifier"]))
         stats = ranges.agg(
             F.min(core._micros("_read_lo")).alias("lo"), F.max(core._micros("_read_hi")).alias("hi")
         ).collect()[0]
@@ -715,7 +728,7 @@ def process_sessions(
     computed = result.sessions
     if settings.session_mode == "gap":
         computed = core.overlapping(computed, user_ranges, on=["user_identifier", core.PART])
-    computed = computed.persist()
+    computed = _localize(spark, computed)
     excluded_stats = result.excluded.agg(*_reason_counts()).collect()[0]
     _add_counts(outcome.excluded, _reasons_from(excluded_stats))
 
@@ -805,7 +818,7 @@ def _write_side_tables(
                 F.col("reason").alias("_reason"),
             )
         )
-    side = side.persist()
+    side = _localize(spark, side)
     counts = {
         (r["_table"], r["_delete"]): int(r["n"])
         for r in side.groupBy("_table", "_delete").agg(F.count(F.lit(1)).alias("n")).collect()
@@ -863,6 +876,7 @@ def process_user_model(
     spark: SparkSession, table_path: TablePath, model: str, users: DataFrame, outcome: ModelOutcome
 ) -> None:
     """Recompute the model's rows of `users` from their sessions; users left without sessions go."""
+    users = _localize(spark, users)
     sessions = _table_or_empty(spark, table_path(SESSIONS), SESSIONS_SCHEMA)
     user_sessions = sessions.join(users, "user_identifier", "left_semi")
     rows = _user_model_rows(model, user_sessions)
@@ -871,8 +885,8 @@ def process_user_model(
     source = (
         rows.withColumn("_delete", F.lit(False))
         .unionByName(gone.select("user_identifier", *_nulls_for(schema, "user_identifier")).withColumn("_delete", F.lit(True)))
-        .persist()
     )
+    source = _localize(spark, source)
     counts = source.agg(
         F.sum(F.when(F.col("_delete"), 1).otherwise(0)).alias("deleted"),
         F.count(F.lit(1)).alias("n"),

@@ -20,6 +20,7 @@ from sessionize_assets.assets import sessions as assets
 from sessionize_assets.core import sessionize as core
 from sessionize_assets.core.run_limits import RunLimits, as_utc, format_tstamp
 from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.manifest_lock import session_lock
 from sessionize_assets.resources.tables import (
     FILTERED_EVENTS,
     INCREMENTAL_MANIFEST,
@@ -157,7 +158,7 @@ def run_sessions(
     settings = lake.settings
     now = lake.current_time()
     models = assets.enabled_models(settings)
-    definitions = assets.build_assets(settings)
+    definitions = assets.build_assets(settings, lock=session_lock)
     report = RunSessionsReport()
     for _ in range(max_runs):
         before = assets.read_manifest(lake.table)
@@ -179,8 +180,16 @@ def run_sessions(
         if limits.reaches(now) and all_ran:
             report.caught_up = True
             return report
-        if after == before:
-            report.stopped = _stall_reason(limits, lake, spark)
+        if after == before:  # no data in the window: nothing moved
+            resumes = _next_data_after(limits.upper_limit, lake, spark)
+            if resumes is None or resumes > now:
+                report.caught_up = True  # nothing newer is waiting (or only future-dated rows)
+            else:
+                report.stopped = (
+                    f"no data between {format_tstamp(limits.lower_limit)} and {format_tstamp(limits.upper_limit)} "
+                    f"but data resumes at {format_tstamp(resumes)}: the gap is longer than "
+                    "backfill_limit_days (Snowplow waits here too); raise backfill_limit_days to bridge it"
+                )
             return report
     report.stopped = f"still behind after {max_runs} runs; run again to continue"
     return report
@@ -194,26 +203,17 @@ def _failure(result: Any) -> str | None:
     return None
 
 
-def _stall_reason(limits: RunLimits, lake: LakeResource, spark: Any) -> str:
-    """Why a run moved nothing, and where the data resumes."""
-    text = (
-        f"no data between {format_tstamp(limits.lower_limit)} and {format_tstamp(limits.upper_limit)}; "
-        "Snowplow waits here too"
-    )
+def _next_data_after(upper: dt.datetime, lake: LakeResource, spark: Any) -> dt.datetime | None:
+    """The earliest usable session timestamp after `upper` in filtered_events (None: none)."""
     session = spark.get_session() if hasattr(spark, "get_session") else spark
     path = lake.table(FILTERED_EVENTS)
     if delta_version(path) is None:
-        return text
+        return None
     prepared = core.usable(core.prepare_events(session.read.format("delta").load(path), lake.settings), lake.settings)
-    nxt = prepared.filter(F.col(core.SESSION_TS) > F.lit(limits.upper_limit)).agg(
-        F.min(core._micros(core.SESSION_TS))
-    ).collect()[0][0]
-    if nxt is not None:
-        resumes = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=int(nxt))
-        text += (
-            f"; the data resumes at {format_tstamp(resumes)}: raise backfill_limit_days to bridge the gap"
-        )
-    return text
+    nxt = prepared.filter(F.col(core.SESSION_TS) > F.lit(upper)).agg(F.min(core._micros(core.SESSION_TS))).collect()[0][0]
+    if nxt is None:
+        return None
+    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=int(nxt))
 
 
 # --- verify -------------------------------------------------------------------------------------

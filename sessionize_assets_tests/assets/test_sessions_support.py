@@ -133,14 +133,15 @@ def run(spark: SparkSession, home: Path, settings: Settings, now: str | dt.datet
 def run_until_caught_up(
     spark: SparkSession, home: Path, settings: Settings, now: str | dt.datetime, max_runs: int = 50
 ) -> list[SessionRunOutcome]:
-    """Runs until a run's window reached now with every model in it."""
+    """Runs until a run's window reached now with every model in it, or until a run moved nothing
+    (no data in the window: nothing newer is waiting, or a gap longer than backfill_limit_days)."""
     now_t = utc(now) if isinstance(now, str) else now
     runs = []
     for _ in range(max_runs):
         outcome = run(spark, home, settings, now_t)
         runs.append(outcome)
         all_ran = all(o.ran or o.no_data for o in outcome.models.values())
-        if outcome.limits.reaches(now_t) and all_ran:
+        if (outcome.limits.reaches(now_t) and all_ran) or not outcome.moved:
             return runs
     raise AssertionError(f"not caught up after {max_runs} runs")
 

@@ -1,0 +1,332 @@
+"""One measurement in its own process: run `sessionize` commands in-process through
+`sessionize_assets.cli.main`, then report wall time, Spark's metrics (from the event log this
+process's Spark application wrote), Delta's commit metrics, and the driver's peak memory and CPU.
+
+    python -m benchmarks.measure --home H --config F --event-log-dir DIR --out result.json \\
+        --steps '[{"label": "load", "now": "2024-03-06T00:30:00", "argv": ["load", "data/..."]},
+                  {"label": "run", "now": "2024-03-06T00:30:00", "argv": ["run"]}]'
+
+A fresh process per measurement gives a fresh Spark session (which picks up the settings file's
+`spark.eventLog.dir`) and clean peak-memory numbers. The JSON is written to `--out` and printed as
+the last line of stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+PROCESS_STARTED = time.time()
+
+
+def proportional_set_size(process: psutil.Process) -> int:
+    """A process's PSS (Linux `smaps_rollup`): shared pages are split between the processes that
+    share them, so the sum over forked Python workers is not counted twice. RSS elsewhere."""
+    try:
+        for line in Path(f"/proc/{process.pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return process.memory_info().rss
+
+
+@dataclass
+class MemorySampler:
+    """Samples the memory (PSS) of this process and its descendants (the Spark driver JVM, Python
+    workers) and keeps the peaks."""
+
+    interval_s: float = 0.2
+    peak_total: int = 0
+    peak_python: int = 0
+    peak_jvm: int = 0
+    samples: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def sample(self) -> None:
+        me = psutil.Process()
+        python = proportional_set_size(me)
+        jvm = other = 0
+        for child in me.children(recursive=True):
+            try:
+                size = proportional_set_size(child)
+                if "java" in child.name():
+                    jvm += size
+                else:
+                    other += size
+            except psutil.Error:
+                continue
+        self.samples += 1
+        self.peak_python = max(self.peak_python, python)
+        self.peak_jvm = max(self.peak_jvm, jvm)
+        self.peak_total = max(self.peak_total, python + jvm + other)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(psutil.Error):
+                self.sample()
+            self._stop.wait(self.interval_s)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="memory-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+
+
+def high_water_marks() -> dict[str, int]:
+    """Peak RSS (VmHWM, Linux) of this process and each live descendant, by kind."""
+    out = {"python": 0, "jvm": 0, "other": 0}
+
+    def hwm(pid: int) -> int:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return 0
+
+    me = psutil.Process()
+    out["python"] = hwm(me.pid)
+    for child in me.children(recursive=True):
+        try:
+            kind = "jvm" if "java" in child.name() else "other"
+        except psutil.Error:
+            continue
+        out[kind] += hwm(child.pid)
+    return out
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU time (user + system) of this process and its live descendants (in local mode the
+    JVM's includes every Spark task: robust to other load on the machine, unlike wall time)."""
+    me = psutil.Process()
+    times = me.cpu_times()
+    out = {"python": times.user + times.system, "jvm": 0.0, "other": 0.0}
+    for child in me.children(recursive=True):
+        try:
+            t = child.cpu_times()
+            kind = "jvm" if "java" in child.name() else "other"
+        except psutil.Error:
+            continue
+        out[kind] += t.user + t.system
+    return out
+
+
+def dagster_run_windows(since: float) -> list[dict[str, Any]]:
+    """The Dagster runs this process launched (the CLI exported DAGSTER_HOME): start, end, the
+    assets they materialized and their status."""
+    if not os.environ.get("DAGSTER_HOME"):
+        return []
+    import datetime as dt
+
+    from dagster import DagsterEventType, DagsterInstance, RunsFilter
+
+    instance = DagsterInstance.get()
+    try:
+        records = instance.get_run_records(
+            filters=RunsFilter(created_after=dt.datetime.fromtimestamp(since - 1, dt.UTC))
+        )
+        out = []
+        for record in records:
+            run = record.dagster_run
+            keys = sorted(k.to_user_string() for k in (run.asset_selection or ()))
+            if not keys:  # an implicit asset job: the steps it ran are the assets
+                keys = sorted(
+                    {
+                        e.dagster_event.step_key
+                        for e in instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_START)
+                        if e.dagster_event is not None and e.dagster_event.step_key
+                    }
+                )
+            out.append(
+                {
+                    "run_id": run.run_id,
+                    "assets": keys,
+                    "status": run.status.value,
+                    "start": record.start_time,
+                    "end": record.end_time,
+                    "partition": run.tags.get("dagster/partition"),
+                    "range": [
+                        run.tags.get("dagster/asset_partition_range_start"),
+                        run.tags.get("dagster/asset_partition_range_end"),
+                    ],
+                }
+            )
+        return sorted(out, key=lambda r: r["start"] or 0)
+    finally:
+        instance.dispose()
+
+
+def stop_spark() -> None:
+    """Stop this process's Spark application so its event log is complete."""
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    if context is not None:
+        context.stop()
+
+
+def run_steps(
+    home: str, config: str, steps: Sequence[dict[str, Any]], quiet: bool = True
+) -> list[dict[str, Any]]:
+    """Run each step's `sessionize` command in this process; time it; keep its output's tail."""
+    from sessionize_assets import cli
+
+    out = []
+    for step in steps:
+        argv = ["--home", home, "--config", config]
+        if step.get("now"):
+            argv += ["--now", step["now"]]
+        argv += list(step["argv"])
+        buffer = io.StringIO()
+        started = time.time()
+        error = None
+        try:
+            if quiet:
+                with contextlib.redirect_stdout(buffer):
+                    code = cli.main(argv)
+            else:
+                code = cli.main(argv)
+        except Exception as exc:  # noqa: BLE001 - reported, the measurement goes on
+            code, error = -1, f"{type(exc).__name__}: {exc}"
+        ended = time.time()
+        out.append(
+            {
+                "label": step.get("label", step["argv"][0]),
+                "argv": argv,
+                "exit_code": code,
+                "error": error,
+                "start": started,
+                "end": ended,
+                "wall_s": round(ended - started, 3),
+                "output_tail": buffer.getvalue().splitlines()[-60:],
+            }
+        )
+        if code != 0:
+            break
+    return out
+
+
+def measure(
+    home: str,
+    config: str,
+    steps: Sequence[dict[str, Any]],
+    event_log_dir: Path,
+    landing_root: str | None,
+    quiet: bool = True,
+) -> dict[str, Any]:
+    """Run the steps and collect every metric (see the module docstring)."""
+    from benchmarks import deltastats, eventlog
+    from sessionize_assets.home import Home
+
+    warehouse = Home(Path(home)).warehouse
+    versions_before = deltastats.table_versions(Path(warehouse))
+    load_before = os.getloadavg()
+    cpu_before = cpu_seconds()
+    sampler = MemorySampler()
+    sampler.start()
+    try:
+        step_results = run_steps(home, config, steps, quiet)
+    finally:
+        sampler.stop()
+    commands_done = time.time()
+    hwm = high_water_marks()
+    cpu_after = cpu_seconds()
+    runs = dagster_run_windows(PROCESS_STARTED)
+    stop_spark()
+    stopped = time.time()
+
+    windows = [eventlog.Window(s["label"], s["start"], s["end"]) for s in step_results]
+    for run in runs:
+        if run["start"] and run["end"]:
+            windows.append(
+                eventlog.Window("run:" + ",".join(run["assets"]), run["start"], run["end"])
+            )
+    try:
+        spark = eventlog.parse_event_log_dir(event_log_dir, warehouse, landing_root, windows)
+        spark_json: dict[str, Any] | None = spark.to_json()
+        spark_start_s = (
+            round(spark.app_start_ms / 1000.0 - PROCESS_STARTED, 3) if spark.app_start_ms else None
+        )
+    except FileNotFoundError:
+        spark_json, spark_start_s = None, None
+    delta = deltastats.commits_since(Path(warehouse), versions_before)
+    failed_runs = [r for r in runs if r["status"] == "FAILURE"]
+    return {
+        "steps": step_results,
+        "ok": all(s["exit_code"] == 0 for s in step_results)
+        and len(step_results) == len(steps)
+        and not failed_runs,
+        "error": (
+            "failed Dagster run(s): " + "; ".join(",".join(r["assets"]) for r in failed_runs)
+            if failed_runs
+            else None
+        ),
+        "command_wall_s": round(commands_done - PROCESS_STARTED, 3),
+        "steps_wall_s": round(sum(s["wall_s"] for s in step_results), 3),
+        "spark_stop_s": round(stopped - commands_done, 3),
+        "spark_app_started_after_s": spark_start_s,
+        "memory": {
+            "peak_pss_total_bytes": sampler.peak_total,
+            "peak_pss_python_bytes": sampler.peak_python,
+            "peak_pss_jvm_bytes": sampler.peak_jvm,
+            "samples": sampler.samples,
+            "hwm_bytes": hwm,
+        },
+        "cpu_s": {
+            k: round(cpu_after.get(k, 0.0) - (cpu_before.get(k, 0.0) if k == "python" else 0.0), 3)
+            for k in ("python", "jvm", "other")
+        },
+        "loadavg_before": list(load_before),
+        "loadavg_after": list(os.getloadavg()),
+        "dagster_runs": runs,
+        "spark": spark_json,
+        "delta": {"tables": delta, "totals": deltastats.totals(delta)},
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--home", required=True)
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--event-log-dir", required=True)
+    parser.add_argument("--landing-root", default=None)
+    parser.add_argument("--steps", required=True, help="JSON list of {label, now, argv}")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--verbose", action="store_true", help="let the commands print")
+    args = parser.parse_args(argv)
+    Path(args.event_log_dir).mkdir(parents=True, exist_ok=True)
+    result = measure(
+        args.home,
+        args.config,
+        json.loads(args.steps),
+        Path(args.event_log_dir),
+        args.landing_root,
+        quiet=not args.verbose,
+    )
+    text = json.dumps(result, sort_keys=True, default=str)
+    Path(args.out).write_text(text + "\n")
+    print(text)
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

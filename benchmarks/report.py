@@ -1,0 +1,121 @@
+"""Markdown tables from benchmark result files (for docs/benchmarks.md).
+
+python -m benchmarks.report benchmarks/results/bench-*.json [benchmarks/results/cluster-*.json]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def _mb(value: int | None) -> str:
+    return "–" if value is None else f"{value / 2**20:,.0f}"
+
+
+def _n(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        if abs(value) < 0.1:
+            return f"{value:.2g}"
+        return f"{value:,.2f}" if value < 100 else f"{value:,.0f}"
+    return f"{value:,}"
+
+
+def bench_tables(result: Mapping[str, Any]) -> list[str]:
+    """One row per (history length, measurement), then the targets."""
+    params, machine = result["parameters"], result["machine"]
+    lines = [
+        f"{params['events_per_day']:,} events/day, history {params['history']}, policy "
+        f"`{params['policy']}`, {machine['cpu_count_logical']} cores, "
+        f"{machine['memory_total_bytes'] / 2**30:.0f} GiB, load average at start "
+        f"{machine['loadavg'][0]:.1f}; PySpark {machine['versions'].get('pyspark')}, delta-spark "
+        f"{machine['versions'].get('delta-spark')}, DuckDB {machine['versions'].get('duckdb')}.",
+        "",
+        "| D | run | wall s | JVM CPU s | event rows read | minimal rows | rows written | files +/− | files read | shuffle rows | peak MiB | tables = DuckDB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for h in result["histories"]:
+        for kind, label in (
+            ("full_rebuild", "full"),
+            ("incremental", "incremental"),
+            ("noop", "no-op"),
+        ):
+            m = h[kind]
+            check = h["checks"].get(
+                "after_full_rebuild" if kind == "full_rebuild" else "after_incremental"
+            )
+            equal = "–" if not check or kind == "noop" else ("yes" if check["equal"] else "**no**")
+            minimal = h["minimal"]["minimal_rows"] if kind == "incremental" else None
+            lines.append(
+                f"| {h['history_days']} | {label}{'' if m['ok'] else ' (failed)'} | {_n(m['wall_s'])} "
+                f"| {_n((m.get('cpu_s') or {}).get('jvm'))} | {_n(m['rows_read']['event_rows'])} "
+                f"| {_n(minimal)} | {_n(m['rows_written'])} | {m['files_added']}/{m['files_removed']} "
+                f"| {_n(m['files_read'])} | {_n(m['shuffle']['read_records'])} "
+                f"| {_mb(m['peak_memory_bytes'])} | {equal} |"
+            )
+        duck = h["duckdb_full"]
+        lines.append(
+            f"| {h['history_days']} | DuckDB (D days) | {_n(duck['wall_s'])} | – | {_n(duck['raw_rows'])} "
+            f"| – | – | – | – | – | – | – |"
+        )
+    lines += ["", "| target | value | met |", "|---|---|---|"]
+    for name, t in result["targets"].items():
+        met = {True: "yes", False: "**no**", None: "n/a"}[t["met"]]
+        lines.append(f"| {name} ({t['rule']}) | {_n(t['value'])} | {met} |")
+    return lines
+
+
+def branch_table(result: Mapping[str, Any]) -> list[str]:
+    """Where the incremental and no-op runs spent their reads and time, per branch."""
+    lines = [
+        "| D | run | branch | wall s | event rows read | other table rows read | Dagster runs |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for h in result["histories"]:
+        for kind in ("full_rebuild", "incremental", "noop"):
+            for branch, b in sorted(h[kind]["by_branch"].items()):
+                lines.append(
+                    f"| {h['history_days']} | {kind} | {branch} | {_n(b.get('wall_s'))} "
+                    f"| {_n(b['event_rows_read'])} | {_n(b['other_table_rows_read'])} "
+                    f"| {_n(b.get('dagster_runs'))} |"
+                )
+    return lines
+
+
+def cluster_table(result: Mapping[str, Any]) -> list[str]:
+    o = result["overhead"]
+    data = result.get("data_tables_equal") or {}
+    return [
+        "| mode | wall s | driver JVM CPU s | cluster start s | tables equal |",
+        "|---|---|---|---|---|",
+        f"| local | {_n(o['local_wall_s'])} | {_n((o.get('local_cpu_s') or {}).get('jvm'))} | – | – |",
+        f"| standalone, {result['parameters']['workers']} × 1 core | {_n(o['cluster_wall_s'])} "
+        f"| {_n((o.get('cluster_driver_cpu_s') or {}).get('jvm'))} | {_n(o['cluster_start_s'])} "
+        f"| {'all' if result['tables_equal'] else 'NOT all'} "
+        f"({', '.join(k for k, v in data.items() if v)}) |",
+        "",
+        f"Cluster over local: ×{_n(o['cluster_over_local'])} ({_n(o['extra_s'])} s more).",
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    for name in argv if argv is not None else sys.argv[1:]:
+        result = json.loads(Path(name).read_text())
+        print(f"### {Path(name).name}\n")
+        if result.get("kind") == "sessionize-cluster-benchmark":
+            print("\n".join(cluster_table(result)))
+        else:
+            print("\n".join(bench_tables(result)))
+            print()
+            print("\n".join(branch_table(result)))
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

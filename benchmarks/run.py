@@ -1,0 +1,451 @@
+"""The benchmark: full rebuild vs incremental vs no-op runs, checked against a DuckDB reference.
+
+    python -m benchmarks.run --days 30 --events-per-day 200000 [--history 5,10,20,40]
+                             [--out benchmarks/results] [--policy exact|default]
+
+For every history length D (the `--history` points and `--days`), on one seeded generated data set
+(`sessionize_assets.generator.generate`: ~5% of rows late by up to 60 days, bots, duplicates,
+malformed rows) of max(D) + 1 load days:
+
+1. full rebuild: a fresh home; `sessionize load` of load days 1..D, then one `sessionize run`
+   (backfill_limit_days covers everything, so it is one catch-up);
+2. incremental: in that home, load day D + 1 is loaded and `sessionize run` processes it;
+3. no-op: `sessionize run` again with nothing new;
+4. the DuckDB reference over the same landing files (after 1 and after 2), compared with the Delta
+   tables Spark wrote; the minimal rows the incremental run needed.
+
+Each measurement runs in its own process (`benchmarks.measure`): wall time, rows and bytes read
+(Spark event log), rows and files written (Delta commit metrics), peak driver memory and CPU.
+One JSON file per benchmark run (stable schema, `SCHEMA_VERSION`) and a PNG plot go to `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks import common, reference
+
+DEFAULT_START = dt.date(2024, 1, 1)
+NOW_OFFSET = dt.timedelta(minutes=30)  # "now" is 00:30 UTC the day after the last load day
+
+# Targets (reported, not asserted): name -> (description, threshold)
+TARGETS: dict[str, tuple[str, float]] = {
+    "incremental_rows_read_vs_minimal": ("event rows read / minimal rows <=", 1.5),
+    "incremental_wall_vs_full": ("incremental wall / full rebuild wall <=", 0.10),
+    "incremental_growth": ("incremental wall at max D / at min D <=", 1.5),
+    "full_rebuild_growth_vs_history": ("full wall growth / history growth >=", 0.6),
+    "noop_event_rows_read": ("event rows read ==", 0),
+    "noop_wall_s": ("no-op wall seconds (incl. Spark start) <", 15.0),
+    "full_throughput_vs_duckdb": ("Spark rows/s / DuckDB rows/s >=", 1 / 3),
+}
+
+
+def parse_history(text: str) -> list[int]:
+    """`5,10,20,40` -> [5, 10, 20, 40] (empty text: no extra points)."""
+    points = sorted({int(x) for x in text.split(",") if x.strip()})
+    if any(p < 1 for p in points):
+        raise argparse.ArgumentTypeError("history lengths must be at least 1 day")
+    return points
+
+
+def history_points(days: int, history: Sequence[int]) -> list[int]:
+    """Every history length measured: the sweep plus the headline `--days`."""
+    return sorted({*history, days})
+
+
+def now_after(start: dt.date, load_days: int) -> dt.datetime:
+    """The "now" of a run after `load_days` load days: 00:30 UTC the next day."""
+    day = start + dt.timedelta(days=load_days)
+    return dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC) + NOW_OFFSET
+
+
+def day_folders(data: Path, start: dt.date, first: int, count: int) -> list[Path]:
+    """The landing folders of load days first .. first + count - 1 (0-based)."""
+    return [
+        data / f"load_date={(start + dt.timedelta(days=i)).isoformat()}"
+        for i in range(first, first + count)
+    ]
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b in (None, 0):
+        return None
+    return round(float(a) / float(b), 4)
+
+
+# --- DuckDB reference ---------------------------------------------------------------------------
+
+
+def duckdb_reference(
+    files: Sequence[Path], rules: reference.ReferenceRules, parquet_dir: Path | None
+) -> tuple[Any, dict[str, Any]]:
+    """Build the reference (and write its tables as Parquet, like Spark writes Delta): the
+    connection and the timing."""
+    import duckdb
+
+    started = time.perf_counter()
+    con = duckdb.connect()
+    counts = reference.build_reference(con, files, rules)
+    if parquet_dir is not None:
+        parquet_dir.mkdir(parents=True, exist_ok=True)
+        for table in (
+            "ref_events",
+            "ref_filtered",
+            "ref_daily_aggregates",
+            "ref_sessions",
+            "ref_users",
+        ):
+            reference._run(con, f"COPY {table} TO '{parquet_dir / table}.parquet' (FORMAT parquet)")
+    wall = time.perf_counter() - started
+    raw_rows = counts["ref_raw"]
+    return con, {
+        "wall_s": round(wall, 3),
+        "raw_rows": raw_rows,
+        "rows_per_s": round(raw_rows / wall, 1) if wall > 0 else None,
+        "counts": counts,
+        "threads": con.execute("SELECT current_setting('threads')").fetchall()[0][0],
+    }
+
+
+def horizons_of(warehouse: Path) -> list[tuple[dt.date, dt.date]] | None:
+    """(event day, horizon load day) from `daily_aggregate_horizons` (delta-rs), None if absent."""
+    from deltalake import DeltaTable
+
+    try:
+        table = DeltaTable(str(warehouse / "daily_aggregate_horizons"))
+        rows = table.to_pyarrow_table(columns=["event_date", "horizon_load_date"]).to_pylist()
+    except Exception:  # noqa: BLE001
+        return None
+    return [(r["event_date"], r["horizon_load_date"]) for r in rows if r["horizon_load_date"]]
+
+
+def check_against_reference(
+    con: Any, warehouse: Path, policy: str, dedupe_lookback_days: int
+) -> dict[str, Any]:
+    """Compare the Delta tables with the reference; under the `default` policy the aggregates are
+    compared up to each event day's horizon (SPEC: the aggregate counts exactly the rows of D with
+    load day <= horizon(D)) and the rows still pending are reported."""
+    notes = []
+    pending = None
+    if policy == "default":
+        horizons = horizons_of(warehouse)
+        if horizons is None:
+            notes.append("daily_aggregate_horizons not readable: aggregates compared in full")
+        else:
+            pending = reference.restrict_to_horizons(con, horizons)
+            notes.append("daily_aggregates compared up to each event day's horizon")
+    comparisons = reference.compare_tables(con, str(warehouse))
+    return {
+        "equal": all(c.equal for c in comparisons.values()),
+        "tables": {k: v.to_json() for k, v in comparisons.items()},
+        "global_dedupe_difference": reference.global_dedupe_difference(con),
+        "pending_rows_not_aggregated": pending,
+        "notes": notes,
+    }
+
+
+# --- targets ------------------------------------------------------------------------------------
+
+
+def evaluate_targets(histories: Sequence[Mapping[str, Any]], headline: int) -> dict[str, Any]:
+    """Each target's value at the headline history (growth targets over the sweep) and whether
+    it is met (None: could not be computed)."""
+    by_days = {h["history_days"]: h for h in histories}
+    head = by_days.get(headline) or (histories[-1] if histories else None)
+    values: dict[str, float | None] = dict.fromkeys(TARGETS)
+    if head is not None:
+        inc, full, noop = head["incremental"], head["full_rebuild"], head["noop"]
+        minimal = (head.get("minimal") or {}).get("minimal_rows")
+        if inc["ok"]:
+            values["incremental_rows_read_vs_minimal"] = ratio(
+                inc["rows_read"]["event_rows"], minimal
+            )
+        if inc["ok"] and full["ok"]:
+            values["incremental_wall_vs_full"] = ratio(inc["wall_s"], full["wall_s"])
+        if noop["ok"]:
+            values["noop_event_rows_read"] = noop["rows_read"]["event_rows"]
+            values["noop_wall_s"] = noop["wall_s"]
+        duck = head.get("duckdb_full") or {}
+        raw_rows = duck.get("raw_rows")
+        if full["ok"] and raw_rows and full.get("wall_s"):
+            values["full_throughput_vs_duckdb"] = ratio(
+                raw_rows / full["wall_s"], duck.get("rows_per_s")
+            )
+    ok = [h for h in histories if h["incremental"]["ok"] and h["full_rebuild"]["ok"]]
+    if len(ok) >= 2:
+        low, high = ok[0], ok[-1]
+        values["incremental_growth"] = ratio(
+            high["incremental"]["wall_s"], low["incremental"]["wall_s"]
+        )
+        full_growth = ratio(high["full_rebuild"]["wall_s"], low["full_rebuild"]["wall_s"])
+        values["full_rebuild_growth_vs_history"] = ratio(
+            full_growth, high["history_days"] / low["history_days"]
+        )
+    out = {}
+    for name, (rule, threshold) in TARGETS.items():
+        value = values[name]
+        if value is None:
+            met = None
+        elif rule.endswith("<="):
+            met = value <= threshold
+        elif rule.endswith(">="):
+            met = value >= threshold
+        elif rule.endswith("<"):
+            met = value < threshold
+        else:
+            met = value == threshold
+        out[name] = {"rule": f"{rule} {threshold:g}", "value": value, "met": met}
+    return out
+
+
+# --- the benchmark ------------------------------------------------------------------------------
+
+
+def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
+    """Generate, measure every history length, check, evaluate the targets: the result JSON."""
+    from sessionize_assets.generator import generate
+    from sessionize_assets.settings import from_mapping
+
+    points = history_points(args.days, args.history)
+    total_days = max(points) + 1
+    start = args.start_date
+    work = Path(args.work or tempfile.mkdtemp(prefix="sessionize-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    data = work / "data"
+    log = print if not args.quiet else (lambda *a, **k: None)
+
+    started = time.time()
+    machine = common.machine_facts()
+    log(f"generating {total_days} load days x {args.events_per_day} events into {data}")
+    t = time.perf_counter()
+    summary = generate(
+        data,
+        start_date=start,
+        days=total_days,
+        events_per_day=args.events_per_day,
+        seed=args.seed,
+        file_format=args.format,
+        overwrite=True,
+    )
+    generation_s = time.perf_counter() - t
+    settings = common.benchmark_settings(start, total_days + 1, args.policy)
+    rules = reference.ReferenceRules.from_settings(
+        from_mapping(settings, today=now_after(start, total_days).date())
+    )
+    spark_conf = dict(args.spark_conf)
+
+    histories = []
+    for days in points:
+        log(f"history {days} days: full rebuild")
+        home = work / "homes" / f"d{days:03d}"
+        if home.exists():
+            shutil.rmtree(home)
+        now_full, now_inc = now_after(start, days), now_after(start, days + 1)
+        full = common.run_measurement(
+            work,
+            f"d{days:03d}-full",
+            home,
+            settings,
+            spark_conf,
+            [
+                common.load_step(now_full, day_folders(data, start, 0, days)),
+                common.step("run", now_full, "run"),
+            ],
+            data,
+            args.timeout,
+        )
+        warehouse = home / "warehouse"
+        con, duck_full = duckdb_reference(
+            reference.landing_files_of(data, day_folders(data, start, 0, days)),
+            rules,
+            work / "duckdb" / f"d{days:03d}" if not args.no_duckdb_output else None,
+        )
+        check_full = (
+            check_against_reference(con, warehouse, args.policy, rules.dedupe_lookback_days)
+            if args.check in ("all",)
+            else None
+        )
+        con.close()
+        log(f"history {days} days: incremental")
+        inc = common.run_measurement(
+            work,
+            f"d{days:03d}-incremental",
+            home,
+            settings,
+            spark_conf,
+            [
+                common.load_step(now_inc, day_folders(data, start, days, 1)),
+                common.step("run", now_inc, "run"),
+            ],
+            data,
+            args.timeout,
+        )
+        log(f"history {days} days: no-op")
+        noop = common.run_measurement(
+            work,
+            f"d{days:03d}-noop",
+            home,
+            settings,
+            spark_conf,
+            [common.step("run", now_inc, "run")],
+            data,
+            args.timeout,
+        )
+        con, duck_inc = duckdb_reference(
+            reference.landing_files_of(data, day_folders(data, start, 0, days + 1)), rules, None
+        )
+        minimal = reference.minimal_rows(
+            con, start + dt.timedelta(days=days), rules.dedupe_lookback_days
+        )
+        check_inc = (
+            check_against_reference(con, warehouse, args.policy, rules.dedupe_lookback_days)
+            if args.check in ("all", "incremental")
+            else None
+        )
+        con.close()
+        entry = {
+            "history_days": days,
+            "full_rebuild": common.summarize_measurement(full),
+            "incremental": common.summarize_measurement(inc),
+            "noop": common.summarize_measurement(noop),
+            "duckdb_full": duck_full,
+            "duckdb_after_incremental": duck_inc,
+            "minimal": minimal,
+            "incremental_read_vs_minimal": ratio(
+                common.summarize_measurement(inc)["rows_read"]["event_rows"],
+                minimal["minimal_rows"],
+            ),
+            "checks": {"after_full_rebuild": check_full, "after_incremental": check_inc},
+            "raw": {"full_rebuild": full, "incremental": inc, "noop": noop},
+        }
+        histories.append(entry)
+        log(
+            f"  full {entry['full_rebuild']['wall_s']} s, incremental {entry['incremental']['wall_s']} s, "
+            f"no-op {entry['noop']['wall_s']} s, read/minimal {entry['incremental_read_vs_minimal']}, "
+            f"tables equal: {check_inc['equal'] if check_inc else 'not checked'}"
+        )
+        if not args.keep_work:
+            shutil.rmtree(home, ignore_errors=True)
+            shutil.rmtree(work / "duckdb" / f"d{days:03d}", ignore_errors=True)
+
+    result = {
+        "schema_version": common.SCHEMA_VERSION,
+        "kind": "sessionize-benchmark",
+        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "elapsed_s": round(time.time() - started, 1),
+        "machine": machine,
+        "parameters": {
+            "days": args.days,
+            "events_per_day": args.events_per_day,
+            "history": points,
+            "seed": args.seed,
+            "format": args.format,
+            "start_date": start.isoformat(),
+            "policy": args.policy,
+            "settings": settings,
+            "spark_conf": spark_conf,
+            "check": args.check,
+        },
+        "data": {
+            "load_days": total_days,
+            "generation_s": round(generation_s, 2),
+            "total_rows": summary.total_rows,
+            "events": summary.events,
+            "late_rows": summary.late_rows,
+            "max_lateness_days": summary.max_lateness_days,
+            "bot_events": summary.bot_events,
+            "duplicate_rows": summary.duplicate_rows,
+            "malformed_rows": summary.malformed_rows,
+            "rows_per_load_day": summary.rows_per_load_day,
+        },
+        "headline_history_days": args.days,
+        "histories": histories,
+        "targets": evaluate_targets(histories, args.days),
+        "all_ok": all(
+            h[m]["ok"] for h in histories for m in ("full_rebuild", "incremental", "noop")
+        ),
+        "all_equal": all(c is None or c["equal"] for h in histories for c in h["checks"].values()),
+        "workdir": str(work) if args.keep_work else None,
+    }
+    if not args.keep_work and not args.work:
+        shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+def write_results(
+    result: Mapping[str, Any], out: Path, plot: bool = True
+) -> tuple[Path, Path | None]:
+    """`<out>/bench-<UTC time>-<days>d-<events>.json` (and `.png`)."""
+    out.mkdir(parents=True, exist_ok=True)
+    params = result["parameters"]
+    stamp = result["created_at"].replace(":", "").replace("-", "").replace("+0000", "Z")
+    stem = f"bench-{stamp}-{params['days']}d-{params['events_per_day']}"
+    path = out / f"{stem}.json"
+    path.write_text(json.dumps(result, indent=1, sort_keys=True, default=str) + "\n")
+    png = None
+    if plot:
+        from benchmarks.plot import plot_result
+
+        png = plot_result(result, out / f"{stem}.png")
+    return path, png
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.run", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--days", type=int, default=30, help="headline history length (load days)")
+    parser.add_argument("--events-per-day", type=int, default=200_000)
+    parser.add_argument(
+        "--history", type=parse_history, default=[5, 10, 20, 40], help="history lengths to sweep"
+    )
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--format", choices=("csv", "json", "mixed"), default="csv")
+    parser.add_argument("--start-date", type=dt.date.fromisoformat, default=DEFAULT_START)
+    parser.add_argument("--policy", choices=("exact", "default"), default="exact")
+    parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        type=lambda kv: tuple(kv.split("=", 1)),
+        metavar="KEY=VALUE",
+        help="extra Spark settings for every measurement (e.g. spark.sql.shuffle.partitions=4)",
+    )
+    parser.add_argument("--check", choices=("all", "incremental", "none"), default="all")
+    parser.add_argument("--work", help="work folder (default: a temporary folder, removed)")
+    parser.add_argument("--keep-work", action="store_true", help="keep homes and event logs")
+    parser.add_argument(
+        "--no-duckdb-output", action="store_true", help="DuckDB does not write Parquet"
+    )
+    parser.add_argument("--timeout", type=float, default=None, help="seconds per measurement")
+    parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument("--quiet", action="store_true")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.days < 1 or args.events_per_day < 1:
+        print("error: --days and --events-per-day must be at least 1", file=sys.stderr)
+        return 2
+    result = run_benchmark(args)
+    path, png = write_results(result, args.out, plot=not args.no_plot)
+    print(f"results: {path}" + (f"\nplot: {png}" if png else ""))
+    for name, target in result["targets"].items():
+        state = {True: "met", False: "MISSED", None: "n/a"}[target["met"]]
+        print(f"  {name}: {target['value']} ({target['rule']}): {state}")
+    return 0 if result["all_ok"] and result["all_equal"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

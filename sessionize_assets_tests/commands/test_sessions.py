@@ -1,0 +1,100 @@
+"""`run_sessions`, `verify_sessions` and `status_sessions`: the session branch from the CLI."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from dagster import DagsterInstance
+from delta.tables import DeltaTable
+
+from sessionize_assets.commands.sessions import run_sessions, status_sessions, verify_sessions
+from sessionize_assets.core.run_limits import PackageState
+from sessionize_assets.home import Home
+from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.spark import SparkDeltaResource
+from sessionize_assets.resources.tables import SESSIONS, USERS
+from sessionize_assets_tests.assets.test_sessions_support import (
+    event,
+    make_settings,
+    write_load_day,
+    write_settings,
+)
+
+DAY0 = dt.date(2021, 1, 1)
+
+
+def day_rows(day: dt.date) -> list[dict]:
+    rows = []
+    for u in range(2):
+        for minute in (0, 10, 20):
+            when = dt.datetime.combine(day, dt.time(9, minute + u), tzinfo=dt.UTC)
+            rows.append(event(when, f"user{u}", f"user{u}-{day}", loaded=when + dt.timedelta(minutes=1)))
+    return rows
+
+
+def lake(home, settings, now: str) -> LakeResource:
+    return LakeResource(home=str(home), config_file=str(write_settings(home, settings)), now=now)
+
+
+def test_run_until_caught_up_then_status_and_verify(spark, home):
+    settings = make_settings(start_date=DAY0.isoformat(), backfill_limit_days=2)
+    for i in range(4):
+        write_load_day(spark, home, DAY0 + dt.timedelta(days=i), day_rows(DAY0 + dt.timedelta(days=i)))
+    now = "2021-01-05T00:00:00"
+    resource = lake(home, settings, now)
+
+    before = status_sessions(resource)
+    assert before.limits.state == PackageState.FIRST_RUN
+    assert "  next run: Snowplow: Processing data between 2021-01-01 00:00:00 and 2021-01-03 00:00:00" in before.lines()
+    assert before.pending_versions == {"sessions": 5, "users": 5}
+
+    instance = DagsterInstance.ephemeral()
+    report = run_sessions(resource, SparkDeltaResource(), instance)
+    assert report.ok and report.caught_up, "\n".join(report.lines())
+    assert [r.state_message for r in report.runs][0] == "Snowplow: No data in manifest. Processing data from start_date"
+    assert report.runs[-1].upper_limit == dt.datetime(2021, 1, 5, tzinfo=dt.UTC)
+    assert len(report.runs) == 3
+    assert all(m.status == "ran" for r in report.runs for m in r.models)
+    # every run is recorded in the instance the CLI passes in
+    assert len(instance.get_runs()) == 3
+
+    after = status_sessions(resource)
+    assert after.limits.state == PackageState.STANDARD
+    assert after.pending_versions == {"sessions": 0, "users": 0}
+    assert any(line.startswith("  sessions: last_success 2021-01-04 09:21:00") for line in after.lines())
+
+    verified = verify_sessions(resource, spark)
+    assert verified.ok, "\n".join(verified.lines())
+    assert verified.compared == {"sessions": 8, "users": 2}
+
+    # tampering is named: a session's count, a missing user
+    DeltaTable.forPath(spark, Home(home).table(SESSIONS)).update(
+        "session_identifier = 'user0-2021-01-02'", {"total_events": "99"}
+    )
+    DeltaTable.forPath(spark, Home(home).table(USERS)).delete("user_identifier = 'user1'")
+    broken = verify_sessions(resource, spark)
+    lines = [d.line() for d in broken.differences]
+    assert "sessions: different user0-2021-01-02: total_events: table 99, recompute 3" in lines
+    assert any(line.startswith("users: missing user1: the recompute has") for line in lines)
+
+    # new data not yet consumed is named too
+    write_load_day(spark, home, DAY0 + dt.timedelta(days=4), day_rows(DAY0 + dt.timedelta(days=4)))
+    pending = verify_sessions(resource, spark)
+    assert any(d.kind == "pending" and d.table == "sessions" for d in pending.differences)
+    assert status_sessions(resource).pending_versions["sessions"] == 1
+
+
+def test_a_gap_longer_than_the_backfill_limit_stops_with_a_reason(spark, home):
+    settings = make_settings(start_date=DAY0.isoformat(), backfill_limit_days=3)
+    late_day = DAY0 + dt.timedelta(days=10)
+    write_load_day(spark, home, late_day, day_rows(late_day))
+    resource = lake(home, settings, "2021-01-20T00:00:00")
+    report = run_sessions(resource, SparkDeltaResource(), DagsterInstance.ephemeral())
+    assert report.ok and not report.caught_up
+    assert len(report.runs) == 1
+    run = report.runs[0]
+    assert run.window_message == "Snowplow: Processing data between 2021-01-01 00:00:00 and 2021-01-04 00:00:00"
+    assert [m.status for m in run.models] == ["no data", "no data"]
+    assert any(w.startswith("Snowplow Warning: No data in filtered_events") for w in run.warnings)
+    assert "data resumes at 2021-01-11 09:00:00" in report.stopped
+    assert status_sessions(resource).manifest == {}  # nothing moved
