@@ -92,7 +92,12 @@ def their_page_view_rules() -> tuple[set[str], set[str], dict[str, int]]:
         if not sid or (created and sent and sent - created > late):
             continue
         contexts = json.loads(r["contexts_com_snowplowanalytics_snowplow_web_page_1_0_0"] or "[]")
-        page_view_id = contexts[0].get("id") if contexts else None
+        while contexts and isinstance(contexts[0], list):  # some rows nest the array once more
+            contexts = contexts[0]
+        first = contexts[0] if contexts else None
+        while isinstance(first, list):  # some rows nest the context array one level deeper
+            first = first[0] if first else None
+        page_view_id = first.get("id") if isinstance(first, dict) else None
         if r["event_name"] == "page_view" and page_view_id:
             kept.add(sid)
             views.add(sid)
