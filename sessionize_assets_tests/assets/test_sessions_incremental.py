@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from sessionize_assets.assets.sessions import SessionModelError, read_manifest
+from sessionize_assets.assets.sessions import SessionModelError, current_limits, read_manifest
 from sessionize_assets.commands.sessions import verify_sessions
 from sessionize_assets.core.run_limits import PackageState
 from sessionize_assets.home import Home
@@ -18,6 +18,8 @@ from sessionize_assets_tests.assets.test_sessions_support import (
     event,
     make_settings,
     run,
+    run_until_caught_up,
+    utc,
     write_load_day,
     write_load_days,
     write_settings,
@@ -74,24 +76,18 @@ def test_a_new_model_backfills_while_the_others_wait(spark, tmp_path):
     past those windows and skip them), then state 3 syncs it, then the models run together."""
     home = tmp_path / "home"
     home.mkdir()
-    s = make_settings(start_date=DAY0.isoformat(), backfill_limit_days=2, session_mode="gap")
+    s = make_settings(start_date=DAY0.isoformat(), backfill_limit_days=3, session_mode="gap")
     write_load_days(spark, home, {DAY0 + dt.timedelta(days=i): daily_activity(DAY0 + dt.timedelta(days=i))
                                   for i in range(5)})
     now = "2021-01-06T00:00:00"
-    states = []
-    for _ in range(6):
-        outcome = run(spark, home, s, now)
-        states.append(outcome.limits.state)
-        if outcome.limits.reaches(dt.datetime.fromisoformat(now).replace(tzinfo=dt.UTC)):
-            break
-    assert states[0] == PackageState.FIRST_RUN and states[-1] == PackageState.STANDARD
+    states = [o.limits.state for o in run_until_caught_up(spark, home, s, now)]
+    assert states == [PackageState.FIRST_RUN, PackageState.STANDARD]
 
     with_stats = s.replace(session_models=["sessions", "users", "user_session_stats"])
     log = []
     for _ in range(6):
-        outcome = run(spark, home, with_stats, now)
-        log.append(outcome)
-        if outcome.limits.state == PackageState.STANDARD:
+        log.append(run(spark, home, with_stats, now))
+        if len({m.last_success for m in read_manifest(Home(home).table).values()}) == 1:
             break
     assert log[0].limits.state == PackageState.NEW_MODEL
     assert log[0].limits.log_lines()[0] == "Snowplow: New Snowplow incremental model. Backfilling"
@@ -99,10 +95,9 @@ def test_a_new_model_backfills_while_the_others_wait(spark, tmp_path):
     assert log[0].models["user_session_stats"].ran
     assert log[0].models["sessions"].skipped_reason and log[0].models["users"].skipped_reason
     assert log[0].models["sessions"].total_rows_read == 0
-    assert PackageState.OUT_OF_SYNC in [o.limits.state for o in log]
-    assert log[-1].limits.state == PackageState.STANDARD
-    manifest = read_manifest(Home(home).table)
-    assert len({m.last_success for m in manifest.values()}) == 1
+    assert [o.limits.state for o in log[1:]] == [PackageState.OUT_OF_SYNC] * (len(log) - 1)
+    assert all(o.models["sessions"].skipped_reason for o in log)  # it waited in every window
+    assert current_limits(with_stats, Home(home).table, utc(now)).state == PackageState.STANDARD
     report = verify_sessions(lake_for(home, with_stats, now), spark)
     assert report.compared["user_session_stats"] == 3
     assert report.ok, "\n".join(report.lines())
