@@ -40,12 +40,20 @@ from sessionize_assets_tests.assets.test_sessions_support import make_settings, 
 ORACLE = Path("/work/shared/oracles/snowplow-web-v0.15.2")
 NOW = "2030-01-01T00:00:00"
 TIMESTAMPS = (
-    "collector_tstamp", "dvce_created_tstamp", "dvce_sent_tstamp", "derived_tstamp", "load_tstamp",
-    "etl_tstamp", "true_tstamp", "refr_dvce_tstamp",
+    "collector_tstamp",
+    "dvce_created_tstamp",
+    "dvce_sent_tstamp",
+    "derived_tstamp",
+    "load_tstamp",
+    "etl_tstamp",
+    "true_tstamp",
+    "refr_dvce_tstamp",
 )
 COMPARED = ("domain_userid", "start_tstamp", "end_tstamp", "total_events", "page_views")
 
-pytestmark = pytest.mark.skipif(not ORACLE.is_dir(), reason="the Snowplow oracle files are not here")
+pytestmark = pytest.mark.skipif(
+    not ORACLE.is_dir(), reason="the Snowplow oracle files are not here"
+)
 
 
 def parse(text: str | None) -> dt.datetime | None:
@@ -57,7 +65,9 @@ def load_oracle_events(spark, home: Path) -> None:
     collector_tstamp when empty, duplicates of an event_id dropped keeping the first by
     (collector_tstamp, dvce_created_tstamp). (The project's loader will replace this.)"""
     raw = (
-        spark.read.option("header", True).option("escape", '"').option("multiLine", True)
+        spark.read.option("header", True)
+        .option("escape", '"')
+        .option("multiLine", True)
         .csv(str(ORACLE / "events.csv"))
     )
     for c in TIMESTAMPS:
@@ -65,15 +75,19 @@ def load_oracle_events(spark, home: Path) -> None:
     raw = raw.withColumn("load_tstamp", F.coalesce("load_tstamp", "collector_tstamp"))
     from pyspark.sql import Window
 
-    first = Window.partitionBy("event_id").orderBy("collector_tstamp", "dvce_created_tstamp", "derived_tstamp")
+    first = Window.partitionBy("event_id").orderBy(
+        "collector_tstamp", "dvce_created_tstamp", "derived_tstamp"
+    )
     rows = (
-        raw.withColumn("_copy", F.row_number().over(first)).filter("_copy = 1").drop("_copy")
+        raw.withColumn("_copy", F.row_number().over(first))
+        .filter("_copy = 1")
+        .drop("_copy")
         .withColumn("event_date", F.to_date("derived_tstamp"))
         .withColumn("load_date", F.to_date("load_tstamp"))
     )
-    rows.write.format("delta").partitionBy("load_date").option("delta.enableChangeDataFeed", "true").save(
-        Home(home).table(FILTERED_EVENTS)
-    )
+    rows.write.format("delta").partitionBy("load_date").option(
+        "delta.enableChangeDataFeed", "true"
+    ).save(Home(home).table(FILTERED_EVENTS))
 
 
 def oracle_rows(name: str) -> list[dict[str, str]]:
@@ -114,9 +128,15 @@ def replay(spark, tmp_path_factory):
     home.mkdir()
     load_oracle_events(spark, home)
     base = dict(
-        start_date="2020-07-03", session_mode="id", session_timestamp="collector_tstamp",
-        lookback_window_hours=6, max_session_days=3, days_late_allowed=3, session_lookback_days=730,
-        session_identifier="domain_sessionid", user_identifier="domain_userid",
+        start_date="2020-07-03",
+        session_mode="id",
+        session_timestamp="collector_tstamp",
+        lookback_window_hours=6,
+        max_session_days=3,
+        days_late_allowed=3,
+        session_lookback_days=730,
+        session_identifier="domain_sessionid",
+        user_identifier="domain_userid",
     )
     runs = [run(spark, home, make_settings(**base, backfill_limit_days=243), NOW)]
     for _ in range(3):
@@ -125,14 +145,29 @@ def replay(spark, tmp_path_factory):
         r[0]: dict(zip(COMPARED, r[1:], strict=True))
         for r in rows_of(
             table(spark, home, SESSIONS),
-            "session_identifier", "user_identifier", "start_tstamp", "end_tstamp", "total_events", "page_views",
+            "session_identifier",
+            "user_identifier",
+            "start_tstamp",
+            "end_tstamp",
+            "total_events",
+            "page_views",
         )
     }
-    quarantined = {r[0] for r in rows_of(table(spark, home, QUARANTINED_SESSIONS), "session_identifier")}
-    lifecycle_starts = {
-        r[0]: r[1] for r in rows_of(table(spark, home, "sessions_lifecycle_manifest"), "session_identifier", "start_tstamp")
+    quarantined = {
+        r[0] for r in rows_of(table(spark, home, QUARANTINED_SESSIONS), "session_identifier")
     }
-    return {"runs": runs, "sessions": sessions, "quarantined": quarantined, "starts": lifecycle_starts}
+    lifecycle_starts = {
+        r[0]: r[1]
+        for r in rows_of(
+            table(spark, home, "sessions_lifecycle_manifest"), "session_identifier", "start_tstamp"
+        )
+    }
+    return {
+        "runs": runs,
+        "sessions": sessions,
+        "quarantined": quarantined,
+        "starts": lifecycle_starts,
+    }
 
 
 def expected_sessions() -> dict[str, dict]:
@@ -178,7 +213,10 @@ def test_sessions_match_the_oracle_up_to_named_rules(replay):
         if sid in ping_only:  # MIN_VISIT_LENGTH
             assert got["page_views"] == 0 and expected["page_views"] == 1, sid
             assert got["start_tstamp"] - dt.timedelta(seconds=5) == expected["start_tstamp"], sid
-            got["page_views"], got["start_tstamp"] = expected["page_views"], expected["start_tstamp"]
+            got["page_views"], got["start_tstamp"] = (
+                expected["page_views"],
+                expected["start_tstamp"],
+            )
         if got["page_views"] != expected["page_views"]:  # PAGE_VIEW_ID
             assert expected["page_views"] == distinct_page_views[sid] < got["page_views"], sid
             got["page_views"] = expected["page_views"]

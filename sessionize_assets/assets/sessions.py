@@ -155,7 +155,9 @@ def read_manifest(table_path: TablePath) -> dict[str, ModelState]:
         r["model"]: ModelState(
             model=r["model"],
             last_success=ts(r.get("last_success")),
-            consumed_version=int(r["consumed_version"]) if r.get("consumed_version") is not None else None,
+            consumed_version=int(r["consumed_version"])
+            if r.get("consumed_version") is not None
+            else None,
             processed_through=ts(r.get("processed_through")),
             updated_at=ts(r.get("updated_at")),
         )
@@ -250,7 +252,9 @@ class ModelOutcome:
         for name, value in self.rows_written.items():
             md[f"rows written: {name}"] = value
         for name, value in self.excluded.items():
-            md[f"events left out: {name}"] = value
+            md[name if name.startswith("new rows left out: ") else f"events left out: {name}"] = (
+                value
+            )
         return md
 
 
@@ -262,7 +266,6 @@ class SessionRunOutcome:
     snapshot_version: int | None
     models: dict[str, ModelOutcome]
     warnings: list[str] = field(default_factory=list)
-    table_rows_written: dict[str, int] = field(default_factory=dict)
     manifest: dict[str, ModelState] = field(default_factory=dict)
 
     @property
@@ -273,7 +276,8 @@ class SessionRunOutcome:
     def moved(self) -> bool:
         """True when some model's last_success or consumed version moved."""
         return any(
-            o.last_success_after != o.last_success_before or o.consumed_version_after != o.consumed_version_before
+            o.last_success_after != o.last_success_before
+            or o.consumed_version_after != o.consumed_version_before
             for o in self.models.values()
         )
 
@@ -351,7 +355,9 @@ def _merge(spark: SparkSession, path: str, source: DataFrame, key: str, schema: 
 
     columns = [c for c, _ in _schema_pairs(schema)]
     if delta_version(path) is None:
-        source.filter(~F.col("_delete")).select(*columns).write.format("delta").mode("append").save(path)
+        source.filter(~F.col("_delete")).select(*columns).write.format("delta").mode("append").save(
+            path
+        )
         return
     values = {c: f"s.`{c}`" for c in columns}
     (
@@ -477,9 +483,14 @@ def read_changes(
     expired)."""
     lower, upper = limits.lower_limit, limits.upper_limit
     columns = core.source_columns(settings, snapshot.columns)
-    window = core.prepare_events(snapshot.filter(_window_filter(settings, lower, upper)).select(*columns), settings)
+    window = core.prepare_events(
+        snapshot.filter(_window_filter(settings, lower, upper)).select(*columns), settings
+    )
     rows = window.filter(F.col(core.SESSION_TS).between(F.lit(lower), F.lit(upper))).select(
-        *core.PREPARED_COLUMNS, F.lit(1).alias("_sign"), F.lit(1).alias("_window"), F.lit(0).cast("long").alias("_feed")
+        *core.PREPARED_COLUMNS,
+        F.lit(1).alias("_sign"),
+        F.lit(1).alias("_window"),
+        F.lit(0).cast("long").alias("_feed"),
     )
     try:
         if consumed_version is not None and version > consumed_version:
@@ -491,23 +502,30 @@ def read_changes(
                 .load(path)
             )
             sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
-            signed = core.prepare_events(feed.select(*columns, sign.alias("_sign")), settings, keep=["_sign"])
+            signed = core.prepare_events(
+                feed.select(*columns, sign.alias("_sign")), settings, keep=["_sign"]
+            )
             net = signed.groupBy(*core.PREPARED_COLUMNS).agg(
                 F.sum("_sign").alias("_net"), F.count(F.lit(1)).alias("_feed")
             )
             # Net zero rows stay (sign 0) so the feed's row count is known from one pass.
             net = net.withColumn("_sign", F.signum("_net").cast("int"))
             net = net.filter((F.col("_sign") <= 0) | (F.col(core.SESSION_TS) <= F.lit(upper)))
-            rows = rows.unionByName(net.select(*core.PREPARED_COLUMNS, "_sign", F.lit(0).alias("_window"), "_feed"))
+            rows = rows.unionByName(
+                net.select(*core.PREPARED_COLUMNS, "_sign", F.lit(0).alias("_window"), "_feed")
+            )
         rows = core.with_reason(rows, settings).persist()
         new = (F.col("_sign") > 0) & F.col(core.REASON).isNull()
         stats = rows.agg(
             F.sum("_window").alias("window"),
             F.sum("_feed").alias("feed"),
             F.max(F.when(new, core._micros(core.SESSION_TS))).alias("processed"),
-            F.min(F.when(F.col(core.REASON).isNull() & (F.col("_sign") != 0), core._micros(core.SESSION_TS))).alias(
-                "min_usable"
-            ),
+            F.min(
+                F.when(
+                    F.col(core.REASON).isNull() & (F.col("_sign") != 0),
+                    core._micros(core.SESSION_TS),
+                )
+            ).alias("min_usable"),
             *_reason_counts(F.col("_sign") > 0),
         ).collect()[0]
     except Exception as exc:  # noqa: BLE001 - the feed is read lazily: classify the failure
@@ -517,7 +535,9 @@ def read_changes(
         raise
     return Changes(
         rows=rows,
-        usable=rows.filter(F.col(core.REASON).isNull() & (F.col("_sign") != 0)).select(*core.PREPARED_COLUMNS, "_sign"),
+        usable=rows.filter(F.col(core.REASON).isNull() & (F.col("_sign") != 0)).select(
+            *core.PREPARED_COLUMNS, "_sign"
+        ),
         window_rows=int(stats["window"] or 0),
         feed_rows=int(stats["feed"] or 0),
         processed_max=_from_micros(stats["processed"]),
@@ -533,7 +553,9 @@ def read_changes(
 class SessionsWrite:
     """What replacing sessions did."""
 
-    users: DataFrame  # distinct user_identifier whose sessions changed (old or new owner), persisted
+    users: (
+        DataFrame  # distinct user_identifier whose sessions changed (old or new owner), persisted
+    )
     written: int  # sessions inserted or updated (new, changed or renumbered)
     fresh: int  # recomputed sessions
     content_changed: int  # recomputed sessions that are new or differ from the table's row
@@ -553,7 +575,9 @@ def replace_sessions(
     target = _table_or_empty(spark, path, SESSIONS_SCHEMA)
     replaced = replaced_ids.select("session_identifier").distinct()
     new = new_sessions.select(*[c for c in core.SESSION_COLUMNS if c != "session_number"])
-    old = target.join(replaced, "session_identifier", "left_semi").select("user_identifier", "start_tstamp")
+    old = target.join(replaced, "session_identifier", "left_semi").select(
+        "user_identifier", "start_tstamp"
+    )
     users = (
         old.unionByName(new.select("user_identifier", "start_tstamp"))
         .filter(F.col("user_identifier").isNotNull())
@@ -561,7 +585,9 @@ def replace_sessions(
         .agg(F.min("start_tstamp").alias("_from"))
     )
     users = _localize(spark, users)
-    user_rows = target.join(users, "user_identifier", "inner").join(replaced, "session_identifier", "left_anti")
+    user_rows = target.join(users, "user_identifier", "inner").join(
+        replaced, "session_identifier", "left_anti"
+    )
     earlier = (
         user_rows.filter(F.col("start_tstamp") < F.col("_from"))
         .groupBy("user_identifier")
@@ -575,7 +601,9 @@ def replace_sessions(
         .withColumn("_same", F.lit(True))
     )
     content = [c for c in core.SESSION_COLUMNS if c not in ("session_identifier", "session_number")]
-    existing = target.join(new.select("session_identifier"), "session_identifier", "left_semi").select(
+    existing = target.join(
+        new.select("session_identifier"), "session_identifier", "left_semi"
+    ).select(
         "session_identifier",
         F.struct(*content).alias("_old_content"),
         F.col("session_number").alias("_old_number"),
@@ -584,10 +612,14 @@ def replace_sessions(
         new.withColumn("session_number", F.lit(None).cast("long"))
         .join(existing, "session_identifier", "left")
         .withColumn("_fresh", F.lit(True))
-        .withColumn("_same", F.coalesce(F.col("_old_content").eqNullSafe(F.struct(*content)), F.lit(False)))
+        .withColumn(
+            "_same", F.coalesce(F.col("_old_content").eqNullSafe(F.struct(*content)), F.lit(False))
+        )
         .select(*core.SESSION_COLUMNS, "_old_number", "_fresh", "_same")
     )
-    numbered = core.number_sessions(kept.unionByName(fresh)).join(earlier, "user_identifier", "left")
+    numbered = core.number_sessions(kept.unionByName(fresh)).join(
+        earlier, "user_identifier", "left"
+    )
     numbered = numbered.withColumn(
         "session_number",
         F.when(
@@ -597,25 +629,22 @@ def replace_sessions(
     )
     changed = ~F.col("_same") | ~F.col("_old_number").eqNullSafe(F.col("session_number"))
     deletes = replaced.join(new.select("session_identifier"), "session_identifier", "left_anti")
-    source = (
-        numbered.select(
-            *core.SESSION_COLUMNS,
-            F.lit(False).alias("_delete"),
-            F.col("_fresh"),
-            F.col("_same"),
-            changed.alias("_changed"),
-            F.col("_before").isNotNull().alias("_has_before"),
-        )
-        .unionByName(
-            deletes.select(
-                "session_identifier",
-                *_nulls_for(SESSIONS_SCHEMA, "session_identifier"),
-                F.lit(True).alias("_delete"),
-                F.lit(False).alias("_fresh"),
-                F.lit(False).alias("_same"),
-                F.lit(True).alias("_changed"),
-                F.lit(False).alias("_has_before"),
-            )
+    source = numbered.select(
+        *core.SESSION_COLUMNS,
+        F.lit(False).alias("_delete"),
+        F.col("_fresh"),
+        F.col("_same"),
+        changed.alias("_changed"),
+        F.col("_before").isNotNull().alias("_has_before"),
+    ).unionByName(
+        deletes.select(
+            "session_identifier",
+            *_nulls_for(SESSIONS_SCHEMA, "session_identifier"),
+            F.lit(True).alias("_delete"),
+            F.lit(False).alias("_fresh"),
+            F.lit(False).alias("_same"),
+            F.lit(True).alias("_changed"),
+            F.lit(False).alias("_has_before"),
         )
     )
     source = _localize(spark, source)
@@ -625,7 +654,9 @@ def replace_sessions(
         F.sum(F.when(F.col("_fresh"), 1).otherwise(0)).alias("fresh"),
         F.sum(F.when(F.col("_fresh") & ~F.col("_same"), 1).otherwise(0)).alias("content_changed"),
         F.sum(F.when(~F.col("_delete") & ~F.col("_fresh"), 1).otherwise(0)).alias("later"),
-        F.countDistinct(F.when(F.col("_has_before"), F.col("user_identifier"))).alias("users_before"),
+        F.countDistinct(F.when(F.col("_has_before"), F.col("user_identifier"))).alias(
+            "users_before"
+        ),
     ).collect()[0]
     written, deleted = int(counts["written"] or 0), int(counts["deleted"] or 0)
     if written or deleted:
@@ -670,7 +701,10 @@ def process_sessions(
         bound = earliest - dt.timedelta(days=settings.session_lookback_days)
         keys = changed.select(F.col(core.SESSION_KEY).alias("session_identifier")).distinct()
         old_lifecycle = _localize(
-            spark, lifecycle.filter(F.col("start_tstamp") >= F.lit(bound)).join(keys, "session_identifier", "left_semi")
+            spark,
+            lifecycle.filter(F.col("start_tstamp") >= F.lit(bound)).join(
+                keys, "session_identifier", "left_semi"
+            ),
         )
         ranges = _localize(spark, core.id_read_ranges(changed, old_lifecycle, settings))
         stats = ranges.agg(
@@ -683,7 +717,8 @@ def process_sessions(
         read = None
         if lo is not None:
             events = core.prepare_events(
-                snapshot.filter(_window_filter(settings, lo, min(hi, upper))).select(*columns), settings
+                snapshot.filter(_window_filter(settings, lo, min(hi, upper))).select(*columns),
+                settings,
             )
             read = (
                 events.join(ranges, core.SESSION_KEY, "inner")
@@ -696,7 +731,9 @@ def process_sessions(
     else:
         ranges = _localize(spark, core.gap_change_ranges(changed, settings))
         user_ranges = ranges.withColumnRenamed(core.USER_KEY, "user_identifier")
-        old_lifecycle = _localize(spark, core.overlapping(lifecycle, user_ranges, on=["user_identifier"]))
+        old_lifecycle = _localize(
+            spark, core.overlapping(lifecycle, user_ranges, on=["user_identifier"])
+        )
         stats = ranges.agg(
             F.min(core._micros("_read_lo")).alias("lo"), F.max(core._micros("_read_hi")).alias("hi")
         ).collect()[0]
@@ -705,7 +742,10 @@ def process_sessions(
         read = None
         if lo is not None:
             events = core.prepare_events(
-                snapshot.filter(F.col("derived_tstamp").between(F.lit(lo), F.lit(hi))).select(*columns), settings
+                snapshot.filter(F.col("derived_tstamp").between(F.lit(lo), F.lit(hi))).select(
+                    *columns
+                ),
+                settings,
             )
             read = (
                 events.join(ranges, core.USER_KEY, "inner")
@@ -724,7 +764,9 @@ def process_sessions(
     read_stats = read.agg(F.count(F.lit(1)).alias("n"), *_reason_counts()).collect()[0]
     outcome.rows_read["events of touched sessions"] = int(read_stats["n"] or 0)
     _add_counts(outcome.excluded, _reasons_from(read_stats))
-    result = core.sessionize(read.filter(F.col(core.REASON).isNull()).drop(core.REASON), settings, known)
+    result = core.sessionize(
+        read.filter(F.col(core.REASON).isNull()).drop(core.REASON), settings, known
+    )
     computed = result.sessions
     if settings.session_mode == "gap":
         computed = core.overlapping(computed, user_ranges, on=["user_identifier", core.PART])
@@ -744,11 +786,13 @@ def process_sessions(
     lc_source = core.lifecycle_rows(computed).withColumn("_delete", F.lit(False))
     lc_rows = write.fresh
     if settings.session_mode == "gap":
-        gone = replaced_ids.join(computed.select("session_identifier"), "session_identifier", "left_anti")
+        gone = replaced_ids.join(
+            computed.select("session_identifier"), "session_identifier", "left_anti"
+        )
         lc_source = lc_source.unionByName(
-            gone.select("session_identifier", *_nulls_for(LIFECYCLE_SCHEMA, "session_identifier")).withColumn(
-                "_delete", F.lit(True)
-            )
+            gone.select(
+                "session_identifier", *_nulls_for(LIFECYCLE_SCHEMA, "session_identifier")
+            ).withColumn("_delete", F.lit(True))
         )
         lc_rows += write.deleted
     lc_path = table_path(SESSIONS_LIFECYCLE_MANIFEST)
@@ -790,20 +834,34 @@ def _write_side_tables(
     )
     parts = [added.withColumn("_table", F.lit(QUARANTINED_SESSIONS))]
     if settings.session_mode == "gap":
-        removed = was.join(quarantined_now.select("session_identifier"), "session_identifier", "left_anti")
+        removed = was.join(
+            quarantined_now.select("session_identifier"), "session_identifier", "left_anti"
+        )
         parts.append(
             removed.select(
-                "session_identifier", *_nulls_for(QUARANTINED_SCHEMA, "session_identifier"), F.lit(True).alias("_delete")
+                "session_identifier",
+                *_nulls_for(QUARANTINED_SCHEMA, "session_identifier"),
+                F.lit(True).alias("_delete"),
             ).withColumn("_table", F.lit(QUARANTINED_SESSIONS))
         )
     side = parts[0]
     for extra in parts[1:]:
         side = side.unionByName(extra)
-    side = side.withColumn("_superseded", F.lit(None).cast("string")).withColumn("_reason", F.lit(None).cast("string"))
+    side = side.withColumn("_superseded", F.lit(None).cast("string")).withColumn(
+        "_reason", F.lit(None).cast("string")
+    )
     if settings.session_mode == "gap":
         sup = core.superseded(
-            old_lifecycle.select("session_identifier", "user_identifier", "start_tstamp", "end_tstamp"),
-            computed.select("session_identifier", "user_identifier", "start_tstamp", "end_tstamp", "is_quarantined"),
+            old_lifecycle.select(
+                "session_identifier", "user_identifier", "start_tstamp", "end_tstamp"
+            ),
+            computed.select(
+                "session_identifier",
+                "user_identifier",
+                "start_tstamp",
+                "end_tstamp",
+                "is_quarantined",
+            ),
         )
         side = side.unionByName(
             sup.select(
@@ -828,10 +886,17 @@ def _write_side_tables(
     q_path = table_path(QUARANTINED_SESSIONS)
     quarantine = side.filter(F.col("_table") == QUARANTINED_SESSIONS)
     if removed_n:
-        _merge(spark, q_path, quarantine.select(*[c for c, _ in _schema_pairs(QUARANTINED_SCHEMA)], "_delete"),
-               "session_identifier", QUARANTINED_SCHEMA)
+        _merge(
+            spark,
+            q_path,
+            quarantine.select(*[c for c, _ in _schema_pairs(QUARANTINED_SCHEMA)], "_delete"),
+            "session_identifier",
+            QUARANTINED_SCHEMA,
+        )
     elif added_n:
-        quarantine.select(*[c for c, _ in _schema_pairs(QUARANTINED_SCHEMA)]).write.format("delta").mode("append").save(q_path)
+        quarantine.select(*[c for c, _ in _schema_pairs(QUARANTINED_SCHEMA)]).write.format(
+            "delta"
+        ).mode("append").save(q_path)
     else:
         _ensure_table(spark, q_path, QUARANTINED_SCHEMA)
     outcome.rows_written["quarantined sessions added"] = added_n
@@ -882,9 +947,10 @@ def process_user_model(
     rows = _user_model_rows(model, user_sessions)
     schema = USER_MODEL_SCHEMAS[model]
     gone = users.join(rows.select("user_identifier"), "user_identifier", "left_anti")
-    source = (
-        rows.withColumn("_delete", F.lit(False))
-        .unionByName(gone.select("user_identifier", *_nulls_for(schema, "user_identifier")).withColumn("_delete", F.lit(True)))
+    source = rows.withColumn("_delete", F.lit(False)).unionByName(
+        gone.select("user_identifier", *_nulls_for(schema, "user_identifier")).withColumn(
+            "_delete", F.lit(True)
+        )
     )
     source = _localize(spark, source)
     counts = source.agg(
@@ -919,7 +985,11 @@ def rebuild_sessions(
     """Recompute every session from filtered_events up to the upper limit (id mode: the lifecycle
     manifest as given) and overwrite sessions, the lifecycle manifest and the quarantine."""
     lc_path = table_path(SESSIONS_LIFECYCLE_MANIFEST)
-    lifecycle = _table_or_empty(spark, lc_path, LIFECYCLE_SCHEMA).persist() if settings.session_mode == "id" else None
+    lifecycle = (
+        _table_or_empty(spark, lc_path, LIFECYCLE_SCHEMA).persist()
+        if settings.session_mode == "id"
+        else None
+    )
     result = core.compute_sessions(snapshot, settings, lifecycle, upper)
     computed = result.sessions.persist()
     stats = result.excluded.agg(*_reason_counts()).collect()[0]
@@ -928,13 +998,19 @@ def rebuild_sessions(
     _overwrite(core.session_rows(computed), table_path(SESSIONS))
     new_lifecycle = core.lifecycle_rows(computed)
     if lifecycle is not None:
-        kept = lifecycle.join(new_lifecycle.select("session_identifier"), "session_identifier", "left_anti")
+        kept = lifecycle.join(
+            new_lifecycle.select("session_identifier"), "session_identifier", "left_anti"
+        )
         new_lifecycle = new_lifecycle.unionByName(kept)
     new_lifecycle = new_lifecycle.persist()
     _overwrite(new_lifecycle, lc_path)
     cap = core._plus_micros("start_tstamp", settings.max_session_days * core.MICROS_PER_DAY)
     quarantined = new_lifecycle.filter(F.col("is_quarantined")).select(
-        "session_identifier", "user_identifier", "start_tstamp", cap.alias("capped_at"), F.lit(now).alias("quarantined_at")
+        "session_identifier",
+        "user_identifier",
+        "start_tstamp",
+        cap.alias("capped_at"),
+        F.lit(now).alias("quarantined_at"),
     )
     _overwrite(quarantined, table_path(QUARANTINED_SESSIONS))
     _ensure_table(spark, table_path(SUPERSEDED_SESSIONS), SUPERSEDED_SCHEMA)
@@ -947,7 +1023,9 @@ def rebuild_sessions(
         lifecycle.unpersist()
 
 
-def rebuild_user_model(spark: SparkSession, table_path: TablePath, model: str, outcome: ModelOutcome) -> None:
+def rebuild_user_model(
+    spark: SparkSession, table_path: TablePath, model: str, outcome: ModelOutcome
+) -> None:
     sessions = _table_or_empty(spark, table_path(SESSIONS), SESSIONS_SCHEMA).persist()
     outcome.rows_read["sessions (full rebuild)"] = sessions.count()
     rows = _user_model_rows(model, sessions).persist()
@@ -997,7 +1075,9 @@ def run_session_models(
         )
         for m in models
     }
-    run = SessionRunOutcome(limits=limits, snapshot_version=version, models=outcomes, manifest=dict(manifest))
+    run = SessionRunOutcome(
+        limits=limits, snapshot_version=version, models=outcomes, manifest=dict(manifest)
+    )
     if version is None:
         warning = NO_DATA_WARNING.format(table=FILTERED_EVENTS)
         log.warning(warning)
@@ -1048,7 +1128,9 @@ def run_session_models(
                     run.warnings.append(f"{model}: {rebuild}")
                     outcome.full_rebuild_reason = rebuild
                     if model == SESSIONS:
-                        rebuild_sessions(spark, table_path, settings, snapshot, limits.upper_limit, now, outcome)
+                        rebuild_sessions(
+                            spark, table_path, settings, snapshot, limits.upper_limit, now, outcome
+                        )
                     else:
                         rebuild_user_model(spark, table_path, model, outcome)
                     processed = _max_session_ts(snapshot, settings, limits)
@@ -1073,15 +1155,21 @@ def run_session_models(
                             spark, table_path, settings, limits, snapshot, changes, now, outcome
                         )
                     else:
-                        lifecycle = _table_or_empty(spark, table_path(SESSIONS_LIFECYCLE_MANIFEST), LIFECYCLE_SCHEMA)
+                        lifecycle = _table_or_empty(
+                            spark, table_path(SESSIONS_LIFECYCLE_MANIFEST), LIFECYCLE_SCHEMA
+                        )
                         users = affected_users(settings, changes, lifecycle)
                         if sessions_users is not None:
-                            users = users.unionByName(sessions_users.select("user_identifier")).distinct()
+                            users = users.unionByName(
+                                sessions_users.select("user_identifier")
+                            ).distinct()
                         process_user_model(spark, table_path, model, users, outcome)
                 outcome.ran = True
                 _advance(outcome, changes.processed_max, version)
             except Exception as exc:
-                outcome.failed = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                outcome.failed = (
+                    f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                )
                 log.error(f"{model} failed: {outcome.failed}\n{traceback.format_exc()}")
                 failed = model
             finally:
@@ -1147,7 +1235,9 @@ def _rebuild_reason(
     return None
 
 
-def _max_session_ts(snapshot: DataFrame, settings: Settings, limits: RunLimits) -> dt.datetime | None:
+def _max_session_ts(
+    snapshot: DataFrame, settings: Settings, limits: RunLimits
+) -> dt.datetime | None:
     """The greatest usable session timestamp up to the upper limit (a full rebuild's last_success)."""
     prepared = core.usable(core.prepare_events(snapshot, settings), settings)
     value = (
@@ -1239,7 +1329,9 @@ def build_assets(settings: Settings, lock: LockFactory | None = None) -> list[As
         # The single place a processing-manifest lock wraps this run (item "session_models").
         guard = lock(context, ASSET_NAME) if lock is not None else nullcontext()
         with guard:
-            run = run_session_models(session, lake.table, lake.settings, lake.current_time(), context.log)
+            run = run_session_models(
+                session, lake.table, lake.settings, lake.current_time(), context.log
+            )
         yield from materialize_results(run, time.monotonic() - started)
 
     return [session_models]
@@ -1272,8 +1364,12 @@ def materialize_results(run: SessionRunOutcome, seconds: float) -> Iterator[Mate
                 + written.get("quarantined sessions removed", 0),
                 "sessions added": written.get("quarantined sessions added", 0),
                 "sessions removed": written.get("quarantined sessions removed", 0),
-                "events ignored: quarantined session": sessions.excluded.get(core.QUARANTINED_SESSION, 0),
-                "events ignored: after max_session_days": sessions.excluded.get(core.AFTER_MAX_SESSION_DAYS, 0),
+                "events ignored: quarantined session": sessions.excluded.get(
+                    core.QUARANTINED_SESSION, 0
+                ),
+                "events ignored: after max_session_days": sessions.excluded.get(
+                    core.AFTER_MAX_SESSION_DAYS, 0
+                ),
             }
         ),
     )

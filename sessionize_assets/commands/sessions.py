@@ -209,8 +209,14 @@ def _next_data_after(upper: dt.datetime, lake: LakeResource, spark: Any) -> dt.d
     path = lake.table(FILTERED_EVENTS)
     if delta_version(path) is None:
         return None
-    prepared = core.usable(core.prepare_events(session.read.format("delta").load(path), lake.settings), lake.settings)
-    nxt = prepared.filter(F.col(core.SESSION_TS) > F.lit(upper)).agg(F.min(core._micros(core.SESSION_TS))).collect()[0][0]
+    prepared = core.usable(
+        core.prepare_events(session.read.format("delta").load(path), lake.settings), lake.settings
+    )
+    nxt = (
+        prepared.filter(F.col(core.SESSION_TS) > F.lit(upper))
+        .agg(F.min(core._micros(core.SESSION_TS)))
+        .collect()[0][0]
+    )
     if nxt is None:
         return None
     return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=int(nxt))
@@ -247,8 +253,12 @@ class VerifySessionsReport:
         return not self.differences
 
     def lines(self) -> list[str]:
-        through = format_tstamp(self.processed_through) if self.processed_through else "nothing processed"
-        out = [f"Session branch verified against a full recompute (session timestamps up to {through}):"]
+        through = (
+            format_tstamp(self.processed_through) if self.processed_through else "nothing processed"
+        )
+        out = [
+            f"Session branch verified against a full recompute (session timestamps up to {through}):"
+        ]
         for table, n in self.compared.items():
             out.append(f"  {table}: {n} rows compared")
         if self.ok:
@@ -279,9 +289,13 @@ def _compare(
     n = diff.count() if len(rows) > limit else len(rows)
     for r in rows[:limit]:
         if r["_a"] is None:
-            report.differences.append(Difference(table, "missing", r[key], f"the recompute has {_fmt(r['_e'])}"))
+            report.differences.append(
+                Difference(table, "missing", r[key], f"the recompute has {_fmt(r['_e'])}")
+            )
         elif r["_e"] is None:
-            report.differences.append(Difference(table, "unexpected", r[key], f"the table has {_fmt(r['_a'])}"))
+            report.differences.append(
+                Difference(table, "unexpected", r[key], f"the table has {_fmt(r['_a'])}")
+            )
         else:
             changed = [
                 f"{c}: table {r['_a'][c]!r}, recompute {r['_e'][c]!r}"
@@ -313,7 +327,12 @@ def verify_sessions(lake: LakeResource, spark: Any, limit: int = 20) -> VerifySe
     if version is None:
         if state is not None:
             report.differences.append(
-                Difference(FILTERED_EVENTS, "inconsistent", None, "the manifest has sessions but filtered_events is gone")
+                Difference(
+                    FILTERED_EVENTS,
+                    "inconsistent",
+                    None,
+                    "the manifest has sessions but filtered_events is gone",
+                )
             )
         return report
     through = state.processed_through if state else None
@@ -334,23 +353,46 @@ def verify_sessions(lake: LakeResource, spark: Any, limit: int = 20) -> VerifySe
             )
         if state and s.last_success != state.last_success:
             report.differences.append(
-                Difference(model, "pending", None, f"out of sync: last_success {s.last_success}, sessions {state.last_success}")
+                Difference(
+                    model,
+                    "pending",
+                    None,
+                    f"out of sync: last_success {s.last_success}, sessions {state.last_success}",
+                )
             )
-    snapshot = session.read.format("delta").option("versionAsOf", version).load(lake.table(FILTERED_EVENTS))
+    snapshot = (
+        session.read.format("delta")
+        .option("versionAsOf", version)
+        .load(lake.table(FILTERED_EVENTS))
+    )
     lifecycle = None
     if settings.session_mode == "id":
-        lifecycle = assets._table_or_empty(session, lake.table(SESSIONS_LIFECYCLE_MANIFEST), assets.LIFECYCLE_SCHEMA)
+        lifecycle = assets._table_or_empty(
+            session, lake.table(SESSIONS_LIFECYCLE_MANIFEST), assets.LIFECYCLE_SCHEMA
+        )
     if through is None:
         expected = session.createDataFrame([], assets.SESSIONS_SCHEMA)
     else:
-        expected = core.session_rows(core.compute_sessions(snapshot, settings, lifecycle, through).sessions)
+        expected = core.session_rows(
+            core.compute_sessions(snapshot, settings, lifecycle, through).sessions
+        )
     expected = expected.persist()
     actual = assets._table_or_empty(session, lake.table(SESSIONS), assets.SESSIONS_SCHEMA)
     _compare(SESSIONS, actual, expected, "session_identifier", core.SESSION_COLUMNS, limit, report)
     users = assets._table_or_empty(session, lake.table(USERS), assets.USERS_SCHEMA)
-    _compare(USERS, users, core.users_from_sessions(expected), "user_identifier", core.USER_COLUMNS, limit, report)
+    _compare(
+        USERS,
+        users,
+        core.users_from_sessions(expected),
+        "user_identifier",
+        core.USER_COLUMNS,
+        limit,
+        report,
+    )
     if assets.USER_SESSION_STATS in models:
-        stats = assets._table_or_empty(session, lake.table(assets.USER_SESSION_STATS), assets.USER_SESSION_STATS_SCHEMA)
+        stats = assets._table_or_empty(
+            session, lake.table(assets.USER_SESSION_STATS), assets.USER_SESSION_STATS_SCHEMA
+        )
         _compare(
             assets.USER_SESSION_STATS,
             stats,
@@ -360,17 +402,28 @@ def verify_sessions(lake: LakeResource, spark: Any, limit: int = 20) -> VerifySe
             limit,
             report,
         )
-    quarantined = assets._table_or_empty(session, lake.table(QUARANTINED_SESSIONS), assets.QUARANTINED_SCHEMA)
+    quarantined = assets._table_or_empty(
+        session, lake.table(QUARANTINED_SESSIONS), assets.QUARANTINED_SCHEMA
+    )
     listed = {r[0] for r in quarantined.select("session_identifier").collect()}
-    flagged = {r[0] for r in actual.filter(F.col("is_quarantined")).select("session_identifier").collect()}
+    flagged = {
+        r[0] for r in actual.filter(F.col("is_quarantined")).select("session_identifier").collect()
+    }
     for sid in sorted(flagged - listed)[:limit]:
         report.differences.append(
-            Difference(QUARANTINED_SESSIONS, "missing", sid, "the session is quarantined but not listed")
+            Difference(
+                QUARANTINED_SESSIONS, "missing", sid, "the session is quarantined but not listed"
+            )
         )
     if settings.session_mode == "gap":
         for sid in sorted(listed - flagged)[:limit]:
             report.differences.append(
-                Difference(QUARANTINED_SESSIONS, "unexpected", sid, "listed but no quarantined session has this id")
+                Difference(
+                    QUARANTINED_SESSIONS,
+                    "unexpected",
+                    sid,
+                    "listed but no quarantined session has this id",
+                )
             )
     expected.unpersist()
     return report
@@ -403,7 +456,11 @@ class SessionsStatus:
         return out
 
     def lines(self) -> list[str]:
-        out = ["Session branch:", f"  {self.limits.state_message}", f"  next run: {self.limits.window_message}"]
+        out = [
+            "Session branch:",
+            f"  {self.limits.state_message}",
+            f"  next run: {self.limits.window_message}",
+        ]
         if self.limits.reaches(self.now):
             out.append("  the next window reaches now")
         pending = self.pending_versions

@@ -182,7 +182,9 @@ def prepare_events(events: DataFrame, settings: Settings, keep: Sequence[str] = 
         (_micros("dvce_sent_tstamp") - _micros("dvce_created_tstamp")) > F.lit(late_micros),
         F.lit(False),
     )
-    tie = F.col(ROW_HASH).cast("string") if ROW_HASH in events.columns else F.lit(None).cast("string")
+    tie = (
+        F.col(ROW_HASH).cast("string") if ROW_HASH in events.columns else F.lit(None).cast("string")
+    )
     return events.select(
         F.col("event_id").cast("string").alias("event_id"),
         F.col("event_name").cast("string").alias("event_name"),
@@ -191,7 +193,9 @@ def prepare_events(events: DataFrame, settings: Settings, keep: Sequence[str] = 
         F.col("dvce_created_tstamp").cast("timestamp").alias("dvce_created_tstamp"),
         _key(settings.session_identifier).alias(SESSION_KEY),
         _key(settings.user_identifier).alias(USER_KEY),
-        F.coalesce(F.col(settings.session_timestamp).cast("timestamp"), F.col("load_tstamp")).alias(SESSION_TS),
+        F.coalesce(F.col(settings.session_timestamp).cast("timestamp"), F.col("load_tstamp")).alias(
+            SESSION_TS
+        ),
         sent_late.alias(SENT_LATE),
         tie.alias(TIE_BREAK),
         *keep,
@@ -202,7 +206,9 @@ def exclusion_reason(settings: Settings) -> Column:
     """Why a prepared event cannot be in any session (null: usable)."""
     start = dt.datetime.combine(settings.start_date, dt.time(), tzinfo=dt.UTC)
     key, rule = (
-        (SESSION_KEY, NO_SESSION_IDENTIFIER) if settings.session_mode == "id" else (USER_KEY, NO_USER_IDENTIFIER)
+        (SESSION_KEY, NO_SESSION_IDENTIFIER)
+        if settings.session_mode == "id"
+        else (USER_KEY, NO_USER_IDENTIFIER)
     )
     return (
         F.when(F.col(SESSION_TS) < F.lit(start), F.lit(BEFORE_START_DATE))
@@ -234,20 +240,30 @@ def _dedupe(events: DataFrame, keys: Sequence[str]) -> tuple[DataFrame, DataFram
         F.col(SESSION_KEY).asc_nulls_last(),
         F.col(TIE_BREAK).asc_nulls_last(),
     ]
-    ranked = events.withColumn("_copy", F.row_number().over(Window.partitionBy(*keys).orderBy(*order)))
+    ranked = events.withColumn(
+        "_copy", F.row_number().over(Window.partitionBy(*keys).orderBy(*order))
+    )
     kept = ranked.filter(F.col("_copy") == 1).drop("_copy")
-    dupes = ranked.filter(F.col("_copy") > 1).drop("_copy").withColumn(REASON, F.lit(DUPLICATE_EVENT))
+    dupes = (
+        ranked.filter(F.col("_copy") > 1).drop("_copy").withColumn(REASON, F.lit(DUPLICATE_EVENT))
+    )
     return kept, dupes
 
 
 def _session_aggregates() -> list[Column]:
-    first = F.min(F.when(F.col("page_url").isNotNull(), F.struct("derived_tstamp", "event_id", "page_url")))
-    last = F.max(F.when(F.col("page_url").isNotNull(), F.struct("derived_tstamp", "event_id", "page_url")))
+    first = F.min(
+        F.when(F.col("page_url").isNotNull(), F.struct("derived_tstamp", "event_id", "page_url"))
+    )
+    last = F.max(
+        F.when(F.col("page_url").isNotNull(), F.struct("derived_tstamp", "event_id", "page_url"))
+    )
     return [
         F.min("derived_tstamp").alias("start_tstamp"),
         F.max("derived_tstamp").alias("end_tstamp"),
         F.count(F.lit(1)).alias("total_events"),
-        F.sum(F.when(F.col("event_name") == "page_view", 1).otherwise(0)).cast("long").alias("page_views"),
+        F.sum(F.when(F.col("event_name") == "page_view", 1).otherwise(0))
+        .cast("long")
+        .alias("page_views"),
         first.getField("page_url").alias("first_page_url"),
         last.getField("page_url").alias("last_page_url"),
     ]
@@ -292,21 +308,31 @@ def sessionize_by_id(
         )
         .withColumn(
             REASON,
-            F.when(frozen & ((F.col(SESSION_TS) < F.col(LC_START)) | (F.col(SESSION_TS) > F.col("_cap"))),
-                   F.lit(QUARANTINED_SESSION))
-            .when(F.col(SESSION_TS) > F.col("_cap"), F.lit(AFTER_MAX_SESSION_DAYS)),
+            F.when(
+                frozen
+                & ((F.col(SESSION_TS) < F.col(LC_START)) | (F.col(SESSION_TS) > F.col("_cap"))),
+                F.lit(QUARANTINED_SESSION),
+            ).when(F.col(SESSION_TS) > F.col("_cap"), F.lit(AFTER_MAX_SESSION_DAYS)),
         )
     )
     included = marked.filter(F.col(REASON).isNull())
-    sessions = included.groupBy(SESSION_KEY).agg(
-        F.coalesce(F.first("_known_user", ignorenulls=True), F.max(USER_KEY)).alias("user_identifier"),
-        *_session_aggregates(),
-        F.bool_or("_quarantined").alias("is_quarantined"),
-        F.min(LC_START).alias(LC_START),
-        F.max(SESSION_TS).alias(LC_END),
-    ).withColumnRenamed(SESSION_KEY, "session_identifier")
+    sessions = (
+        included.groupBy(SESSION_KEY)
+        .agg(
+            F.coalesce(F.first("_known_user", ignorenulls=True), F.max(USER_KEY)).alias(
+                "user_identifier"
+            ),
+            *_session_aggregates(),
+            F.bool_or("_quarantined").alias("is_quarantined"),
+            F.min(LC_START).alias(LC_START),
+            F.max(SESSION_TS).alias(LC_END),
+        )
+        .withColumnRenamed(SESSION_KEY, "session_identifier")
+    )
     excluded = marked.filter(F.col(REASON).isNotNull()).select(*PREPARED_COLUMNS, REASON)
-    return Sessionized(_finish(sessions), excluded.unionByName(dupes.select(*PREPARED_COLUMNS, REASON)))
+    return Sessionized(
+        _finish(sessions), excluded.unionByName(dupes.select(*PREPARED_COLUMNS, REASON))
+    )
 
 
 def sessionize_by_gap(events: DataFrame, settings: Settings) -> Sessionized:
@@ -340,7 +366,10 @@ def sessionize_by_gap(events: DataFrame, settings: Settings) -> Sessionized:
             *_session_aggregates(),
             F.bool_or("_long").alias("is_quarantined"),
         )
-        .withColumn("session_identifier", F.sha2(F.concat_ws("|", F.col(USER_KEY), F.col("_first_event")), 256))
+        .withColumn(
+            "session_identifier",
+            F.sha2(F.concat_ws("|", F.col(USER_KEY), F.col("_first_event")), 256),
+        )
         .withColumn("user_identifier", F.col(USER_KEY))
         .withColumn(LC_START, F.col("start_tstamp"))
         .withColumn(LC_END, F.col("end_tstamp"))
@@ -348,7 +377,9 @@ def sessionize_by_gap(events: DataFrame, settings: Settings) -> Sessionized:
     return Sessionized(_finish(sessions, extra=(PART,)), dupes.select(*PREPARED_COLUMNS, REASON))
 
 
-def sessionize(events: DataFrame, settings: Settings, lifecycle: DataFrame | None = None) -> Sessionized:
+def sessionize(
+    events: DataFrame, settings: Settings, lifecycle: DataFrame | None = None
+) -> Sessionized:
     """Sessions of usable prepared events in the configured mode (lifecycle used in id mode)."""
     if settings.session_mode == "id":
         return sessionize_by_id(events, settings, lifecycle)
@@ -434,7 +465,9 @@ def user_session_stats_from_sessions(sessions: DataFrame) -> DataFrame:
 # --- What an incremental run must re-read -------------------------------------------------------
 
 
-def id_read_ranges(changes: DataFrame, lifecycle: DataFrame | None, settings: Settings) -> DataFrame:
+def id_read_ranges(
+    changes: DataFrame, lifecycle: DataFrame | None, settings: Settings
+) -> DataFrame:
     """id mode: per session touched by usable changed events (inserted or deleted), the range of
     session timestamps that holds all of its current events: `[_read_lo, _read_hi]` (and
     `_is_known`: the lifecycle manifest has it).
@@ -468,20 +501,29 @@ def id_read_ranges(changes: DataFrame, lifecycle: DataFrame | None, settings: Se
         F.greatest(F.col("_changed_hi"), F.coalesce(F.col("_known_end"), F.col("_changed_hi")))
     )
     return joined.select(
-        SESSION_KEY, lo.alias("_read_lo"), hi.alias("_read_hi"), F.col("_known_start").isNotNull().alias("_is_known")
+        SESSION_KEY,
+        lo.alias("_read_lo"),
+        hi.alias("_read_hi"),
+        F.col("_known_start").isNotNull().alias("_is_known"),
     )
 
 
 def gap_reach_micros(settings: Settings) -> int:
     """How far from a changed event sessions can change: max_session_days + gap."""
-    return settings.max_session_days * MICROS_PER_DAY + settings.session_gap_minutes * MICROS_PER_MINUTE
+    return (
+        settings.max_session_days * MICROS_PER_DAY
+        + settings.session_gap_minutes * MICROS_PER_MINUTE
+    )
 
 
 def gap_margin_micros(settings: Settings) -> int:
     """How much more must be read around that to recompute those sessions exactly:
     max_session_days + 2 gaps (a chain cut by the read edge that reaches the changed range is
     then seen spanning more than max_session_days, so it is known to be cut)."""
-    return settings.max_session_days * MICROS_PER_DAY + 2 * settings.session_gap_minutes * MICROS_PER_MINUTE
+    return (
+        settings.max_session_days * MICROS_PER_DAY
+        + 2 * settings.session_gap_minutes * MICROS_PER_MINUTE
+    )
 
 
 def gap_change_ranges(changes: DataFrame, settings: Settings) -> DataFrame:
@@ -499,9 +541,9 @@ def gap_change_ranges(changes: DataFrame, settings: Settings) -> DataFrame:
     step = F.col("_t") - F.lag("_t").over(order)
     parts = times.withColumn(
         PART,
-        F.sum(F.when(step.isNull() | (step > F.lit(2 * (reach + margin))), 1).otherwise(0)).over(
-            order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-        ).cast("long"),
+        F.sum(F.when(step.isNull() | (step > F.lit(2 * (reach + margin))), 1).otherwise(0))
+        .over(order.rowsBetween(Window.unboundedPreceding, Window.currentRow))
+        .cast("long"),
     )
     ranges = parts.groupBy(USER_KEY, PART).agg(F.min("_t").alias("_lo"), F.max("_t").alias("_hi"))
     return ranges.select(
@@ -517,7 +559,9 @@ def gap_change_ranges(changes: DataFrame, settings: Settings) -> DataFrame:
 def overlapping(rows: DataFrame, ranges: DataFrame, on: Sequence[str]) -> DataFrame:
     """The rows (with start_tstamp/end_tstamp) overlapping their range [_changed_lo, _changed_hi]."""
     joined = rows.join(F.broadcast(ranges), on=list(on), how="inner")
-    hit = (F.col("start_tstamp") <= F.col("_changed_hi")) & (F.col("end_tstamp") >= F.col("_changed_lo"))
+    hit = (F.col("start_tstamp") <= F.col("_changed_hi")) & (
+        F.col("end_tstamp") >= F.col("_changed_lo")
+    )
     return joined.filter(hit).select(*rows.columns)
 
 
@@ -535,8 +579,12 @@ def superseded(old: DataFrame, new: DataFrame) -> DataFrame:
     )
     # How many replaced sessions each successor covers (merges).
     covered = (
-        old.join(candidates, (old["user_identifier"] == candidates["_user"])
-                 & (candidates["_s"] <= old["end_tstamp"]) & (candidates["_e"] >= old["start_tstamp"]))
+        old.join(
+            candidates,
+            (old["user_identifier"] == candidates["_user"])
+            & (candidates["_s"] <= old["end_tstamp"])
+            & (candidates["_e"] >= old["start_tstamp"]),
+        )
         .groupBy("_successor")
         .agg(F.count(F.lit(1)).alias("_covers"))
     )

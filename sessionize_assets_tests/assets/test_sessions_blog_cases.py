@@ -25,7 +25,11 @@ from sessionize_assets_tests.assets.test_sessions_support import (
 )
 
 SETTINGS = make_settings(
-    start_date="2019-10-20", session_mode="gap", session_gap_minutes=30, max_session_days=3, backfill_limit_days=30
+    start_date="2019-10-20",
+    session_mode="gap",
+    session_gap_minutes=30,
+    max_session_days=3,
+    backfill_limit_days=30,
 )
 FIRST_LOAD = dt.date(2019, 10, 24)
 LATE_LOAD = dt.date(2019, 11, 1)
@@ -34,7 +38,9 @@ LATE_LOAD = dt.date(2019, 11, 1)
 def spread(user: str, start: str, end: str, n: int) -> list[dict]:
     """n events evenly from start to end (both included)."""
     a, b = utc(start), utc(end)
-    return [event(a + (b - a) * i // max(n - 1, 1), user, loaded="2019-10-24T12:00") for i in range(n)]
+    return [
+        event(a + (b - a) * i // max(n - 1, 1), user, loaded="2019-10-24T12:00") for i in range(n)
+    ]
 
 
 def blog_day(user: str) -> list[dict]:
@@ -72,17 +78,34 @@ def history(spark, tmp_path_factory):
     instance = DagsterInstance.ephemeral()
     write_load_day(spark, home, FIRST_LOAD, INITIAL)
     first = materialize(home, SETTINGS, "2019-10-25T00:00:00", instance)
-    columns = ("user_identifier", "start_tstamp", "end_tstamp", "total_events", "session_number", "session_identifier")
+    columns = (
+        "user_identifier",
+        "start_tstamp",
+        "end_tstamp",
+        "total_events",
+        "session_number",
+        "session_identifier",
+    )
     before = rows_of(table(spark, home, SESSIONS), *columns)
     write_load_day(spark, home, LATE_LOAD, LATE)
     second = materialize(home, SETTINGS, "2019-11-02T00:00:00", instance)
     after = rows_of(table(spark, home, SESSIONS), *columns)
-    superseded = rows_of(table(spark, home, SUPERSEDED_SESSIONS), "superseded_session_identifier",
-                         "session_identifier", "user_identifier", "reason")
+    superseded = rows_of(
+        table(spark, home, SUPERSEDED_SESSIONS),
+        "superseded_session_identifier",
+        "session_identifier",
+        "user_identifier",
+        "reason",
+    )
     users = rows_of(table(spark, home, USERS), "user_identifier", "sessions", "total_events")
     return {
-        "before": before, "after": after, "superseded": superseded, "users": users,
-        "first": first, "second": second, "instance": instance,
+        "before": before,
+        "after": after,
+        "superseded": superseded,
+        "users": users,
+        "first": first,
+        "second": second,
+        "instance": instance,
     }
 
 
@@ -182,7 +205,10 @@ def test_materializations_say_what_they_did(history):
     }
     sessions = md[SESSIONS]
     assert sessions["state_message"].value == "Snowplow: Standard incremental run"
-    assert sessions["window"].value == "Snowplow: Processing data between 2019-10-23 18:20:00 and 2019-11-02 00:00:00"
+    assert (
+        sessions["window"].value
+        == "Snowplow: Processing data between 2019-10-23 18:20:00 and 2019-11-02 00:00:00"
+    )
     assert sessions["rows read: change feed rows"].value == 5
     # the window re-reads the 6 hours before last_success (case 5's six events from 20:00) and
     # takes case 5's late event by its collector time
@@ -191,6 +217,13 @@ def test_materializations_say_what_they_did(history):
     assert sessions["sessions touched"].value == 7
     messages = [entry.user_message for entry in history["instance"].all_logs(second.run_id)]
     assert any("Snowplow: Standard incremental run" in m for m in messages)
-    assert any("Snowplow: Processing data between 2019-10-23 18:20:00 and 2019-11-02 00:00:00" in m for m in messages)
-    first_logs = [entry.user_message for entry in history["instance"].all_logs(history["first"].run_id)]
-    assert any("Snowplow: No data in manifest. Processing data from start_date" in m for m in first_logs)
+    assert any(
+        "Snowplow: Processing data between 2019-10-23 18:20:00 and 2019-11-02 00:00:00" in m
+        for m in messages
+    )
+    first_logs = [
+        entry.user_message for entry in history["instance"].all_logs(history["first"].run_id)
+    ]
+    assert any(
+        "Snowplow: No data in manifest. Processing data from start_date" in m for m in first_logs
+    )

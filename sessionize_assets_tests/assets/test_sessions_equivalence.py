@@ -12,6 +12,7 @@ run costs a handful of Delta commits.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import random
 
 import pytest
@@ -56,8 +57,14 @@ def random_history(rng: random.Random, mode: str):
             loaded = clock + dt.timedelta(days=late_days, minutes=rng.randrange(1, 30))
             collector = loaded if late_days and rng.random() < 0.5 else clock
             sid = f"{user}-s{session}" if rng.random() > 0.05 else None
-            row = event(clock, user, sid, collector=collector, loaded=loaded,
-                        event_name=rng.choice(["page_view", "page_view", "page_ping", "link_click"]))
+            row = event(
+                clock,
+                user,
+                sid,
+                collector=collector,
+                loaded=loaded,
+                event_name=rng.choice(["page_view", "page_view", "page_ping", "link_click"]),
+            )
             loads.setdefault(loaded.date(), []).append(row)
             if rng.random() < 0.08:  # loaded again later (a duplicate the loader kept)
                 again = dict(row, load_tstamp=loaded + dt.timedelta(days=1))
@@ -91,9 +98,14 @@ def random_history(rng: random.Random, mode: str):
     return steps
 
 
+# Each example costs about five incremental runs; CI explores one random history per mode per
+# build (hypothesis picks new seeds every time), SESSIONIZE_EQUIVALENCE_EXAMPLES asks for more.
+EXAMPLES = int(os.environ.get("SESSIONIZE_EQUIVALENCE_EXAMPLES", "1"))
+
+
 @pytest.mark.parametrize("mode", ["id", "gap"])
 @settings(
-    max_examples=2,
+    max_examples=EXAMPLES,
     deadline=None,
     phases=[Phase.explicit, Phase.generate],  # no shrinking: every example costs Spark runs
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

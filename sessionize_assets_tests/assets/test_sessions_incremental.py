@@ -35,7 +35,14 @@ def daily_activity(day: dt.date, users: int = 3) -> list[dict]:
         for hour in (8, 19):
             for minute in (0, 5, 10, 15):
                 when = dt.datetime.combine(day, dt.time(hour, minute + u), tzinfo=dt.UTC)
-                rows.append(event(when, f"user{u}", f"user{u}-{day}-{hour}", loaded=when + dt.timedelta(minutes=5)))
+                rows.append(
+                    event(
+                        when,
+                        f"user{u}",
+                        f"user{u}-{day}-{hour}",
+                        loaded=when + dt.timedelta(minutes=5),
+                    )
+                )
     return rows
 
 
@@ -45,30 +52,45 @@ def lake_for(home, settings, now: str) -> LakeResource:
 
 @pytest.mark.parametrize("mode", ["id", "gap"])
 def test_rows_read_grow_with_new_data_not_with_history(spark, tmp_path, mode):
-    """One new day on 5 or on 50 days of history: the incremental run reads the same rows."""
+    """One new day on 4 or on 24 days of history: the incremental run reads the same rows."""
     reads = {}
-    for history_days in (5, 50):
+    for history_days in (4, 24):
         home = tmp_path / f"h{history_days}"
         home.mkdir()
-        s = make_settings(start_date=DAY0.isoformat(), session_mode=mode, backfill_limit_days=60,
-                          max_session_days=1, session_gap_minutes=30)
+        s = make_settings(
+            start_date=DAY0.isoformat(),
+            session_mode=mode,
+            backfill_limit_days=30,
+            max_session_days=1,
+            session_gap_minutes=30,
+        )
         days = [DAY0 + dt.timedelta(days=i) for i in range(history_days)]
         write_load_days(spark, home, {d: daily_activity(d) for d in days})
         new_day = DAY0 + dt.timedelta(days=history_days)
         first = run(spark, home, s, dt.datetime.combine(new_day, dt.time(0), tzinfo=dt.UTC))
         assert first.models["sessions"].touched == history_days * 6
         write_load_day(spark, home, new_day, daily_activity(new_day))
-        outcome = run(spark, home, s, dt.datetime.combine(new_day + dt.timedelta(days=1), dt.time(0), tzinfo=dt.UTC))
-        reads[history_days] = (outcome.models["sessions"].rows_read, outcome.models["users"].rows_read)
+        outcome = run(
+            spark,
+            home,
+            s,
+            dt.datetime.combine(new_day + dt.timedelta(days=1), dt.time(0), tzinfo=dt.UTC),
+        )
+        reads[history_days] = (
+            outcome.models["sessions"].rows_read,
+            outcome.models["users"].rows_read,
+        )
         assert outcome.models["sessions"].touched == 6  # the new day's sessions
-    (sessions_5, users_5), (sessions_50, users_50) = reads[5], reads[50]
-    assert sessions_5 == sessions_50, (sessions_5, sessions_50)
+    (sessions_short, users_short), (sessions_long, users_long) = reads[4], reads[24]
+    assert sessions_short == sessions_long, (sessions_short, sessions_long)
     # the new day (24 rows) in the window and the feed, plus the 6-hour lookback before it
-    assert sessions_50["change feed rows"] == 24
-    assert sum(sessions_50.values()) < 24 * 10  # fewer rows than ten days of events, on 50 days of history
+    assert sessions_long["change feed rows"] == 24
+    assert (
+        sum(sessions_long.values()) < 24 * 7
+    )  # fewer rows than a week of events, on 24 days of history
     # users are recomputed from the sessions of the users the run touched (not from events)
-    assert users_50["sessions of touched users"] == 3 * 2 * 51
-    assert users_5["sessions of touched users"] == 3 * 2 * 6
+    assert users_long["sessions of touched users"] == 3 * 2 * 25
+    assert users_short["sessions of touched users"] == 3 * 2 * 5
 
 
 def test_a_new_model_backfills_while_the_others_wait(spark, tmp_path):
@@ -77,8 +99,14 @@ def test_a_new_model_backfills_while_the_others_wait(spark, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     s = make_settings(start_date=DAY0.isoformat(), backfill_limit_days=3, session_mode="gap")
-    write_load_days(spark, home, {DAY0 + dt.timedelta(days=i): daily_activity(DAY0 + dt.timedelta(days=i))
-                                  for i in range(5)})
+    write_load_days(
+        spark,
+        home,
+        {
+            DAY0 + dt.timedelta(days=i): daily_activity(DAY0 + dt.timedelta(days=i))
+            for i in range(5)
+        },
+    )
     now = "2021-01-06T00:00:00"
     states = [o.limits.state for o in run_until_caught_up(spark, home, s, now)]
     assert states == [PackageState.FIRST_RUN, PackageState.STANDARD]
@@ -110,7 +138,9 @@ def test_a_failed_model_keeps_its_last_success_and_catches_up(spark, tmp_path):
     write_load_day(spark, home, DAY0, daily_activity(DAY0))
     run(spark, home, s, "2021-01-02T00:00:00")
     before = read_manifest(Home(home).table)
-    write_load_day(spark, home, DAY0 + dt.timedelta(days=1), daily_activity(DAY0 + dt.timedelta(days=1)))
+    write_load_day(
+        spark, home, DAY0 + dt.timedelta(days=1), daily_activity(DAY0 + dt.timedelta(days=1))
+    )
     users_path = Home(home).table(USERS)
     shutil.move(users_path, users_path + ".away")
     with open(users_path, "w") as f:  # the users table is unreadable for this run
@@ -142,8 +172,15 @@ def test_a_vacuumed_change_feed_means_a_full_rebuild(spark, tmp_path):
     # the load day is re-materialized twice (one user's evening gone), then the table vacuumed
     rows = daily_activity(DAY0)
     write_load_day(spark, home, DAY0, rows[:-4])
-    write_load_day(spark, home, DAY0, [r for r in rows if not (r["domain_userid"] == "user2" and r["derived_tstamp"].hour == 19)])
-    DeltaTable(Home(home).table(FILTERED_EVENTS)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    write_load_day(
+        spark,
+        home,
+        DAY0,
+        [r for r in rows if not (r["domain_userid"] == "user2" and r["derived_tstamp"].hour == 19)],
+    )
+    DeltaTable(Home(home).table(FILTERED_EVENTS)).vacuum(
+        retention_hours=0, enforce_retention_duration=False, dry_run=False
+    )
     outcome = run(spark, home, s, "2021-01-02T00:00:00")
     sessions = outcome.models["sessions"]
     assert sessions.full_rebuild_reason and "no longer covers" in sessions.full_rebuild_reason

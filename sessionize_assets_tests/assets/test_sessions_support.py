@@ -79,17 +79,23 @@ def event(
 
 
 def events_frame(spark: SparkSession, rows: Iterable[Mapping[str, Any]]) -> DataFrame:
-    return spark.createDataFrame([tuple(r[c] for c in COLUMNS) for r in rows], FILTERED_EVENTS_SCHEMA)
+    return spark.createDataFrame(
+        [tuple(r[c] for c in COLUMNS) for r in rows], FILTERED_EVENTS_SCHEMA
+    )
 
 
-def write_load_day(spark: SparkSession, home: Path, load_day: dt.date, rows: Iterable[Mapping[str, Any]]) -> None:
+def write_load_day(
+    spark: SparkSession, home: Path, load_day: dt.date, rows: Iterable[Mapping[str, Any]]
+) -> None:
     """(Re)write one load day of filtered_events with replaceWhere, as the time-based branch does."""
     rows = list(rows)
     assert all(r["load_date"] == load_day for r in rows), "rows must belong to the load day"
     write_load_days(spark, home, {load_day: rows})
 
 
-def write_load_days(spark: SparkSession, home: Path, days: Mapping[dt.date, Iterable[Mapping[str, Any]]]) -> None:
+def write_load_days(
+    spark: SparkSession, home: Path, days: Mapping[dt.date, Iterable[Mapping[str, Any]]]
+) -> None:
     """(Re)write several load days in one commit (replaceWhere on their load_date values)."""
     path = Home(home).table(FILTERED_EVENTS)
     rows = [r for day_rows in days.values() for r in day_rows]
@@ -101,7 +107,9 @@ def write_load_days(spark: SparkSession, home: Path, days: Mapping[dt.date, Iter
             "delta.enableChangeDataFeed", "true"
         ).save(path)
     keys = ", ".join(f"DATE'{d.isoformat()}'" for d in sorted(days))
-    df.coalesce(1).write.format("delta").mode("overwrite").option("replaceWhere", f"load_date IN ({keys})").save(path)
+    df.coalesce(1).write.format("delta").mode("overwrite").option(
+        "replaceWhere", f"load_date IN ({keys})"
+    ).save(path)
 
 
 def delete_events(spark: SparkSession, home: Path, condition: str) -> None:
@@ -124,7 +132,9 @@ def make_settings(**values: Any) -> Settings:
     return from_mapping(values, today=dt.date(2100, 1, 1))
 
 
-def run(spark: SparkSession, home: Path, settings: Settings, now: str | dt.datetime) -> SessionRunOutcome:
+def run(
+    spark: SparkSession, home: Path, settings: Settings, now: str | dt.datetime
+) -> SessionRunOutcome:
     """One run of the session models (the function the asset calls)."""
     now_t = utc(now) if isinstance(now, str) else now
     return run_session_models(spark, Home(home).table, settings, now_t)
@@ -166,7 +176,10 @@ def table(spark: SparkSession, home: Path, name: str) -> DataFrame:
 def rows_of(df: DataFrame, *columns: str, order: tuple[str, ...] | None = None) -> list[tuple]:
     """Rows as tuples (timestamps as aware UTC datetimes), sorted."""
     selected = df.select(
-        *[F.unix_micros(c).alias(c) if dict(df.dtypes)[c] == "timestamp" else F.col(c) for c in columns]
+        *[
+            F.unix_micros(c).alias(c) if dict(df.dtypes)[c] == "timestamp" else F.col(c)
+            for c in columns
+        ]
     )
     kinds = dict(df.dtypes)
     out = []
@@ -179,4 +192,6 @@ def rows_of(df: DataFrame, *columns: str, order: tuple[str, ...] | None = None) 
                 for c in columns
             )
         )
-    return sorted(out, key=lambda t: tuple((x is None, str(x)) for x in t)) if order is None else out
+    return (
+        sorted(out, key=lambda t: tuple((x is None, str(x)) for x in t)) if order is None else out
+    )

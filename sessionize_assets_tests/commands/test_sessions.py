@@ -28,7 +28,9 @@ def day_rows(day: dt.date) -> list[dict]:
     for u in range(2):
         for minute in (0, 10, 20):
             when = dt.datetime.combine(day, dt.time(9, minute + u), tzinfo=dt.UTC)
-            rows.append(event(when, f"user{u}", f"user{u}-{day}", loaded=when + dt.timedelta(minutes=1)))
+            rows.append(
+                event(when, f"user{u}", f"user{u}-{day}", loaded=when + dt.timedelta(minutes=1))
+            )
     return rows
 
 
@@ -39,19 +41,26 @@ def lake(home, settings, now: str) -> LakeResource:
 def test_run_until_caught_up_then_status_and_verify(spark, home):
     settings = make_settings(start_date=DAY0.isoformat(), backfill_limit_days=2)
     for i in range(4):
-        write_load_day(spark, home, DAY0 + dt.timedelta(days=i), day_rows(DAY0 + dt.timedelta(days=i)))
+        write_load_day(
+            spark, home, DAY0 + dt.timedelta(days=i), day_rows(DAY0 + dt.timedelta(days=i))
+        )
     now = "2021-01-05T00:00:00"
     resource = lake(home, settings, now)
 
     before = status_sessions(resource)
     assert before.limits.state == PackageState.FIRST_RUN
-    assert "  next run: Snowplow: Processing data between 2021-01-01 00:00:00 and 2021-01-03 00:00:00" in before.lines()
+    assert (
+        "  next run: Snowplow: Processing data between 2021-01-01 00:00:00 and 2021-01-03 00:00:00"
+        in before.lines()
+    )
     assert before.pending_versions == {"sessions": 5, "users": 5}
 
     instance = DagsterInstance.ephemeral()
     report = run_sessions(resource, SparkDeltaResource(), instance)
     assert report.ok and report.caught_up, "\n".join(report.lines())
-    assert [r.state_message for r in report.runs][0] == "Snowplow: No data in manifest. Processing data from start_date"
+    assert [r.state_message for r in report.runs][
+        0
+    ] == "Snowplow: No data in manifest. Processing data from start_date"
     assert report.runs[-1].upper_limit == dt.datetime(2021, 1, 5, tzinfo=dt.UTC)
     assert len(report.runs) == 3
     assert all(m.status == "ran" for r in report.runs for m in r.models)
@@ -61,7 +70,9 @@ def test_run_until_caught_up_then_status_and_verify(spark, home):
     after = status_sessions(resource)
     assert after.limits.state == PackageState.STANDARD
     assert after.pending_versions == {"sessions": 0, "users": 0}
-    assert any(line.startswith("  sessions: last_success 2021-01-04 09:21:00") for line in after.lines())
+    assert any(
+        line.startswith("  sessions: last_success 2021-01-04 09:21:00") for line in after.lines()
+    )
 
     verified = verify_sessions(resource, spark)
     assert verified.ok, "\n".join(verified.lines())
@@ -93,7 +104,10 @@ def test_a_gap_longer_than_the_backfill_limit_stops_with_a_reason(spark, home):
     assert report.ok and not report.caught_up
     assert len(report.runs) == 1
     run = report.runs[0]
-    assert run.window_message == "Snowplow: Processing data between 2021-01-01 00:00:00 and 2021-01-04 00:00:00"
+    assert (
+        run.window_message
+        == "Snowplow: Processing data between 2021-01-01 00:00:00 and 2021-01-04 00:00:00"
+    )
     assert [m.status for m in run.models] == ["no data", "no data"]
     assert any(w.startswith("Snowplow Warning: No data in filtered_events") for w in run.warnings)
     assert "data resumes at 2021-01-11 09:00:00" in report.stopped

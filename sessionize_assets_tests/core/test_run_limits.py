@@ -26,25 +26,82 @@ def t(text: str) -> dt.datetime:
 # (case, manifest, enabled models, now, expected state, lower, upper); B = 30 days, L = 6 hours.
 CASES = [
     ("first run", {}, MODELS, NOW, PackageState.FIRST_RUN, "2021-01-01", "2021-01-31"),
-    ("first run capped by now", {}, MODELS, t("2021-01-10 12:00"), PackageState.FIRST_RUN,
-     "2021-01-01", "2021-01-10 12:00"),
-    ("new model", {"sessions": t("2021-03-01"), "users": t("2021-03-01")},
-     ("sessions", "users", "user_session_stats"), NOW, PackageState.NEW_MODEL,
-     "2021-01-01", "2021-01-31"),
-    ("new model behind the backfill limit", {"sessions": t("2021-01-10"), "users": t("2021-01-10")},
-     ("sessions", "users", "user_session_stats"), NOW, PackageState.NEW_MODEL,
-     "2021-01-01", "2021-01-10"),
-    ("out of sync, close", {"sessions": t("2021-03-05"), "users": t("2021-03-01")}, MODELS, NOW,
-     PackageState.OUT_OF_SYNC, "2021-02-28 18:00", "2021-03-05"),
-    ("out of sync, far", {"sessions": t("2021-05-01"), "users": t("2021-03-01")}, MODELS, NOW,
-     PackageState.OUT_OF_SYNC, "2021-02-28 18:00", "2021-03-31"),
-    ("standard", {"sessions": t("2021-03-01"), "users": t("2021-03-01")}, MODELS, NOW,
-     PackageState.STANDARD, "2021-02-28 18:00", "2021-03-31"),
-    ("standard capped by now", {"sessions": t("2021-03-01"), "users": t("2021-03-01")}, MODELS,
-     t("2021-03-02 09:30"), PackageState.STANDARD, "2021-02-28 18:00", "2021-03-02 09:30"),
-    ("disabled model rows are ignored",
-     {"sessions": t("2021-03-01"), "users": t("2021-03-01"), "user_session_stats": t("2021-01-05")},
-     MODELS, NOW, PackageState.STANDARD, "2021-02-28 18:00", "2021-03-31"),
+    (
+        "first run capped by now",
+        {},
+        MODELS,
+        t("2021-01-10 12:00"),
+        PackageState.FIRST_RUN,
+        "2021-01-01",
+        "2021-01-10 12:00",
+    ),
+    (
+        "new model",
+        {"sessions": t("2021-03-01"), "users": t("2021-03-01")},
+        ("sessions", "users", "user_session_stats"),
+        NOW,
+        PackageState.NEW_MODEL,
+        "2021-01-01",
+        "2021-01-31",
+    ),
+    (
+        "new model behind the backfill limit",
+        {"sessions": t("2021-01-10"), "users": t("2021-01-10")},
+        ("sessions", "users", "user_session_stats"),
+        NOW,
+        PackageState.NEW_MODEL,
+        "2021-01-01",
+        "2021-01-10",
+    ),
+    (
+        "out of sync, close",
+        {"sessions": t("2021-03-05"), "users": t("2021-03-01")},
+        MODELS,
+        NOW,
+        PackageState.OUT_OF_SYNC,
+        "2021-02-28 18:00",
+        "2021-03-05",
+    ),
+    (
+        "out of sync, far",
+        {"sessions": t("2021-05-01"), "users": t("2021-03-01")},
+        MODELS,
+        NOW,
+        PackageState.OUT_OF_SYNC,
+        "2021-02-28 18:00",
+        "2021-03-31",
+    ),
+    (
+        "standard",
+        {"sessions": t("2021-03-01"), "users": t("2021-03-01")},
+        MODELS,
+        NOW,
+        PackageState.STANDARD,
+        "2021-02-28 18:00",
+        "2021-03-31",
+    ),
+    (
+        "standard capped by now",
+        {"sessions": t("2021-03-01"), "users": t("2021-03-01")},
+        MODELS,
+        t("2021-03-02 09:30"),
+        PackageState.STANDARD,
+        "2021-02-28 18:00",
+        "2021-03-02 09:30",
+    ),
+    (
+        "disabled model rows are ignored",
+        {
+            "sessions": t("2021-03-01"),
+            "users": t("2021-03-01"),
+            "user_session_stats": t("2021-01-05"),
+        },
+        MODELS,
+        NOW,
+        PackageState.STANDARD,
+        "2021-02-28 18:00",
+        "2021-03-31",
+    ),
 ]
 
 
@@ -54,7 +111,9 @@ CASES = [
     ids=[case[0] for case in CASES],
 )
 def test_states_and_limits(manifest, models, now, state, lower, upper):
-    limits = run_limits(manifest, models, START, backfill_limit_days=30, lookback_window_hours=6, now=now)
+    limits = run_limits(
+        manifest, models, START, backfill_limit_days=30, lookback_window_hours=6, now=now
+    )
     assert limits.state == state
     assert limits.lower_limit == t(lower)
     assert limits.upper_limit == t(upper)
@@ -69,10 +128,17 @@ def test_log_lines_use_snowplows_words():
     ]
     new = run_limits({"sessions": t("2021-03-01")}, MODELS, START, 30, 6, NOW)
     assert new.state_message == "Snowplow: New Snowplow incremental model. Backfilling"
-    sync = run_limits({"sessions": t("2021-03-02"), "users": t("2021-03-01")}, MODELS, START, 30, 6, NOW)
+    sync = run_limits(
+        {"sessions": t("2021-03-02"), "users": t("2021-03-01")}, MODELS, START, 30, 6, NOW
+    )
     assert sync.state_message == "Snowplow: Snowplow incremental models out of sync. Syncing"
     standard = run_limits(
-        {"sessions": t("2021-01-07 05:59:32"), "users": t("2021-01-07 05:59:32")}, MODELS, START, 2, 12, NOW
+        {"sessions": t("2021-01-07 05:59:32"), "users": t("2021-01-07 05:59:32")},
+        MODELS,
+        START,
+        2,
+        12,
+        NOW,
     )
     assert standard.log_lines() == [
         "Snowplow: Standard incremental run",
@@ -84,7 +150,11 @@ def test_log_lines_use_snowplows_words():
 def test_a_model_already_past_the_window_skips_it():
     limits = run_limits(
         {"sessions": t("2021-03-01"), "users": t("2021-03-01")},
-        ("sessions", "users", "user_session_stats"), START, 30, 6, NOW,
+        ("sessions", "users", "user_session_stats"),
+        START,
+        30,
+        6,
+        NOW,
     )
     assert (limits.lower_limit, limits.upper_limit) == (t("2021-01-01"), t("2021-01-31"))
     assert skips_window(t("2021-03-01"), limits)

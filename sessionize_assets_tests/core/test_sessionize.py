@@ -56,9 +56,17 @@ def test_id_mode_rules(spark):
         make_event("2021-03-02T00:00", "v", "late"),
         make_event("2021-03-02T00:01", "v", "late", sent_late_days=3.5),
         # duplicate event_id in a session: the first copy (by session timestamp) stays
-        make_event("2021-03-02T08:00", "w", "dupe", event_id="same", collector="2021-03-02T08:00:05"),
-        make_event("2021-03-02T08:00", "w", "dupe", event_id="same", collector="2021-03-02T08:00:01",
-                   page_url="https://example.com/first-copy"),
+        make_event(
+            "2021-03-02T08:00", "w", "dupe", event_id="same", collector="2021-03-02T08:00:05"
+        ),
+        make_event(
+            "2021-03-02T08:00",
+            "w",
+            "dupe",
+            event_id="same",
+            collector="2021-03-02T08:00:01",
+            page_url="https://example.com/first-copy",
+        ),
         # no session identifier: left out
         make_event("2021-03-02T09:00", "x", None),
         # before start_date on the session timestamp: left out
@@ -69,8 +77,13 @@ def test_id_mode_rules(spark):
         r[0]: r[1:]
         for r in rows_of(
             result.sessions,
-            "session_identifier", "user_identifier", "total_events", "page_views", "is_quarantined",
-            "first_page_url", "session_number",
+            "session_identifier",
+            "user_identifier",
+            "total_events",
+            "page_views",
+            "is_quarantined",
+            "first_page_url",
+            "session_number",
         )
     }
     assert got["plain"][:4] == ("b", 3, 2, False)
@@ -115,8 +128,17 @@ def test_id_mode_takes_quarantine_and_first_seen_user_from_the_lifecycle(spark):
         "session_identifier string, user_identifier string, start_tstamp timestamp, end_tstamp timestamp, is_quarantined boolean",
     )
     result = _sessions(spark, rows, s, lifecycle)
-    got = {r[0]: r[1:] for r in rows_of(result.sessions, "session_identifier", "user_identifier", "total_events",
-                                           "is_quarantined", core.LC_START)}
+    got = {
+        r[0]: r[1:]
+        for r in rows_of(
+            result.sessions,
+            "session_identifier",
+            "user_identifier",
+            "total_events",
+            "is_quarantined",
+            core.LC_START,
+        )
+    }
     assert got["frozen"] == ("u", 2, True, utc("2021-03-01T10:00"))
     assert got["seen"][0] == "a"
     assert got["new"] == ("n", 1, False, utc("2021-02-27T10:00"))
@@ -127,13 +149,16 @@ def test_id_mode_takes_quarantine_and_first_seen_user_from_the_lifecycle(spark):
 def test_id_read_ranges_cover_every_current_event(spark):
     s = make_settings(start_date="2021-01-01", max_session_days=3)
     changes = core.prepare_events(
-        events_frame(spark, [
-            make_event("2021-03-05T00:00", "u", "known"),
-            make_event("2021-02-28T00:00", "u", "known"),
-            make_event("2021-03-09T00:00", "u", "frozen"),
-            make_event("2021-03-02T00:00", "u", "new"),
-            make_event("2021-03-03T00:00", "u", "new"),
-        ]),
+        events_frame(
+            spark,
+            [
+                make_event("2021-03-05T00:00", "u", "known"),
+                make_event("2021-02-28T00:00", "u", "known"),
+                make_event("2021-03-09T00:00", "u", "frozen"),
+                make_event("2021-03-02T00:00", "u", "new"),
+                make_event("2021-03-03T00:00", "u", "new"),
+            ],
+        ),
         s,
     )
     lifecycle = spark.createDataFrame(
@@ -143,8 +168,16 @@ def test_id_read_ranges_cover_every_current_event(spark):
         ],
         "session_identifier string, user_identifier string, start_tstamp timestamp, end_tstamp timestamp, is_quarantined boolean",
     )
-    got = {r[0]: r[1:] for r in rows_of(core.id_read_ranges(changes, lifecycle, s), core.SESSION_KEY, "_read_lo",
-                                           "_read_hi", "_is_known")}
+    got = {
+        r[0]: r[1:]
+        for r in rows_of(
+            core.id_read_ranges(changes, lifecycle, s),
+            core.SESSION_KEY,
+            "_read_lo",
+            "_read_hi",
+            "_is_known",
+        )
+    }
     assert got == {
         "known": (utc("2021-02-28T00:00"), utc("2021-03-05T00:00"), True),
         "frozen": (utc("2021-03-01T00:00"), utc("2021-03-04T00:00"), True),
@@ -202,8 +235,12 @@ times = st.integers(min_value=0, max_value=8 * DAY // MIN).map(lambda m: 10_000 
 def test_gap_read_ranges_are_exact(base, inserted, deleted_picks, gap_minutes, max_days):
     """Sessions wholly outside the changed range are the same before and after the change; those
     overlapping it are computed exactly from the events in the read range (SPEC section 6)."""
-    s = make_settings(start_date="2000-01-01", session_mode="gap", session_gap_minutes=gap_minutes,
-                      max_session_days=max_days)
+    s = make_settings(
+        start_date="2000-01-01",
+        session_mode="gap",
+        session_gap_minutes=gap_minutes,
+        max_session_days=max_days,
+    )
     reach, margin = core.gap_reach_micros(s), core.gap_margin_micros(s)
     old = [("u", t, f"b{i}") for i, t in enumerate(base)]
     deleted = {old[p % len(old)] for p in deleted_picks}
@@ -213,11 +250,18 @@ def test_gap_read_ranges_are_exact(base, inserted, deleted_picks, gap_minutes, m
     if not changed or not new:
         return
     lo, hi = min(changed) - reach, max(changed) + reach
-    before, after = model_gap_sessions(old, gap_minutes, max_days), model_gap_sessions(new, gap_minutes, max_days)
-    assert {x for x in before if not _overlaps(x, lo, hi)} == {x for x in after if not _overlaps(x, lo, hi)}
+    before, after = (
+        model_gap_sessions(old, gap_minutes, max_days),
+        model_gap_sessions(new, gap_minutes, max_days),
+    )
+    assert {x for x in before if not _overlaps(x, lo, hi)} == {
+        x for x in after if not _overlaps(x, lo, hi)
+    }
     read = [e for e in new if lo - margin <= e[1] <= hi + margin]
     from_read = model_gap_sessions(read, gap_minutes, max_days) if read else set()
-    assert {x for x in from_read if _overlaps(x, lo, hi)} == {x for x in after if _overlaps(x, lo, hi)}
+    assert {x for x in from_read if _overlaps(x, lo, hi)} == {
+        x for x in after if _overlaps(x, lo, hi)
+    }
 
 
 def test_gap_mode_in_spark_matches_the_model(spark):
@@ -225,14 +269,20 @@ def test_gap_mode_in_spark_matches_the_model(spark):
     import random
 
     rng = random.Random(7)
-    s = make_settings(start_date="2000-01-01", session_mode="gap", session_gap_minutes=30, max_session_days=1)
+    s = make_settings(
+        start_date="2000-01-01", session_mode="gap", session_gap_minutes=30, max_session_days=1
+    )
     rows, model_events = [], []
     for n in range(30):
         user = f"user{n}"
         bot = n >= 25  # dense activity for more than a day: the cut rule
         clock = 18_700 * DAY + rng.randrange(DAY)
         for i in range(rng.randrange(60, 90) if bot else rng.randrange(1, 40)):
-            steps = [10 * MIN, 29 * MIN, 30 * MIN] if bot else [MIN, 10 * MIN, 29 * MIN, 30 * MIN, 31 * MIN, 180 * MIN, 0]
+            steps = (
+                [10 * MIN, 29 * MIN, 30 * MIN]
+                if bot
+                else [MIN, 10 * MIN, 29 * MIN, 30 * MIN, 31 * MIN, 180 * MIN, 0]
+            )
             clock += rng.choice(steps)
             when = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=clock)
             eid = f"{user}-{i:03d}"
@@ -241,12 +291,17 @@ def test_gap_mode_in_spark_matches_the_model(spark):
     result = core.compute_sessions(events_frame(spark, rows), s)
     got = set()
     for r in result.sessions.select(
-        "user_identifier", core._micros("start_tstamp").alias("s"), core._micros("end_tstamp").alias("e"),
-        "total_events", "is_quarantined", "session_identifier",
+        "user_identifier",
+        core._micros("start_tstamp").alias("s"),
+        core._micros("end_tstamp").alias("e"),
+        "total_events",
+        "is_quarantined",
+        "session_identifier",
     ).collect():
         got.add((r[0], r[1], r[2], r[3], r[4], r[5]))
     expected = {
-        (u, a, b, n, q, _sha(u, first)) for (u, a, b, n, q, first) in model_gap_sessions(model_events, 30, 1)
+        (u, a, b, n, q, _sha(u, first))
+        for (u, a, b, n, q, first) in model_gap_sessions(model_events, 30, 1)
     }
     assert got == expected
     assert any(q for *_, q, _ in got)  # the random data reached the cut rule
@@ -262,7 +317,9 @@ def test_gap_mode_boundaries(spark):
     """A gap of exactly the limit continues a session, one microsecond more starts a new one;
     sessions are not split at midnight; a chain longer than max_session_days is cut at UTC
     boundaries counted from 1970-01-01 and every piece is quarantined."""
-    s = make_settings(start_date="2020-01-01", session_mode="gap", session_gap_minutes=30, max_session_days=1)
+    s = make_settings(
+        start_date="2020-01-01", session_mode="gap", session_gap_minutes=30, max_session_days=1
+    )
     rows = [
         make_event("2021-03-01T10:00:00", "exact"),
         make_event("2021-03-01T10:30:00", "exact"),
@@ -278,7 +335,12 @@ def test_gap_mode_boundaries(spark):
     result = core.compute_sessions(events_frame(spark, rows), s)
     got = defaultdict(list)
     for user, start, end, n, q, number in rows_of(
-        result.sessions, "user_identifier", "start_tstamp", "end_tstamp", "total_events", "is_quarantined",
+        result.sessions,
+        "user_identifier",
+        "start_tstamp",
+        "end_tstamp",
+        "total_events",
+        "is_quarantined",
         "session_number",
     ):
         got[user].append((start, end, n, q, number))
@@ -295,43 +357,79 @@ def test_gap_mode_boundaries(spark):
 
 
 def test_gap_change_ranges_merge_nearby_changes(spark):
-    s = make_settings(start_date="2020-01-01", session_mode="gap", session_gap_minutes=30, max_session_days=1)
+    s = make_settings(
+        start_date="2020-01-01", session_mode="gap", session_gap_minutes=30, max_session_days=1
+    )
     changes = core.prepare_events(
-        events_frame(spark, [
-            make_event("2021-03-01T10:00", "u"),
-            make_event("2021-03-02T10:00", "u"),  # within reach of the first: same range
-            make_event("2021-03-20T10:00", "u"),  # far: its own range
-            make_event("2021-03-01T10:00", "v"),
-        ]),
+        events_frame(
+            spark,
+            [
+                make_event("2021-03-01T10:00", "u"),
+                make_event("2021-03-02T10:00", "u"),  # within reach of the first: same range
+                make_event("2021-03-20T10:00", "u"),  # far: its own range
+                make_event("2021-03-01T10:00", "v"),
+            ],
+        ),
         s,
     )
-    ranges = rows_of(core.gap_change_ranges(changes, s), core.USER_KEY, "_changed_lo", "_changed_hi", "_read_lo",
-                     "_read_hi")
+    ranges = rows_of(
+        core.gap_change_ranges(changes, s),
+        core.USER_KEY,
+        "_changed_lo",
+        "_changed_hi",
+        "_read_lo",
+        "_read_hi",
+    )
     reach = dt.timedelta(days=1, minutes=30)
     margin = dt.timedelta(days=1, minutes=60)
-    assert ranges == sorted([
-        ("u", utc("2021-03-01T10:00") - reach, utc("2021-03-02T10:00") + reach,
-         utc("2021-03-01T10:00") - reach - margin, utc("2021-03-02T10:00") + reach + margin),
-        ("u", utc("2021-03-20T10:00") - reach, utc("2021-03-20T10:00") + reach,
-         utc("2021-03-20T10:00") - reach - margin, utc("2021-03-20T10:00") + reach + margin),
-        ("v", utc("2021-03-01T10:00") - reach, utc("2021-03-01T10:00") + reach,
-         utc("2021-03-01T10:00") - reach - margin, utc("2021-03-01T10:00") + reach + margin),
-    ], key=lambda t: tuple(str(x) for x in t))
+    assert ranges == sorted(
+        [
+            (
+                "u",
+                utc("2021-03-01T10:00") - reach,
+                utc("2021-03-02T10:00") + reach,
+                utc("2021-03-01T10:00") - reach - margin,
+                utc("2021-03-02T10:00") + reach + margin,
+            ),
+            (
+                "u",
+                utc("2021-03-20T10:00") - reach,
+                utc("2021-03-20T10:00") + reach,
+                utc("2021-03-20T10:00") - reach - margin,
+                utc("2021-03-20T10:00") + reach + margin,
+            ),
+            (
+                "v",
+                utc("2021-03-01T10:00") - reach,
+                utc("2021-03-01T10:00") + reach,
+                utc("2021-03-01T10:00") - reach - margin,
+                utc("2021-03-01T10:00") + reach + margin,
+            ),
+        ],
+        key=lambda t: tuple(str(x) for x in t),
+    )
 
 
 def test_users_and_stats_from_sessions(spark):
     s = make_settings(start_date="2020-01-01", session_mode="gap", session_gap_minutes=30)
     rows = [
-        make_event("2021-03-01T10:00", "u"), make_event("2021-03-01T10:10", "u", event_name="page_ping"),
+        make_event("2021-03-01T10:00", "u"),
+        make_event("2021-03-01T10:10", "u", event_name="page_ping"),
         make_event("2021-03-01T12:00", "u"),
-        make_event("2021-03-01T14:00", "u"), make_event("2021-03-01T14:20", "u"),
+        make_event("2021-03-01T14:00", "u"),
+        make_event("2021-03-01T14:20", "u"),
         make_event("2021-03-01T10:00", "v"),
     ]
     sessions = core.compute_sessions(events_frame(spark, rows), s).sessions.persist()
     users = {r[0]: r[1:] for r in rows_of(core.users_from_sessions(sessions), *core.USER_COLUMNS)}
     assert users["u"] == (utc("2021-03-01T10:00"), utc("2021-03-01T14:20"), 3, 5, 4)
     assert users["v"] == (utc("2021-03-01T10:00"), utc("2021-03-01T10:00"), 1, 1, 1)
-    stats = {r[0]: r[1:] for r in rows_of(core.user_session_stats_from_sessions(sessions), *core.USER_SESSION_STATS_COLUMNS)}
+    stats = {
+        r[0]: r[1:]
+        for r in rows_of(
+            core.user_session_stats_from_sessions(sessions), *core.USER_SESSION_STATS_COLUMNS
+        )
+    }
     assert stats["u"] == (3, 1800.0, 600.0, 600.0, 0.0, 1200.0)
     assert stats["v"] == (1, 0.0, 0.0, 0.0, 0.0, 0.0)
     sessions.unpersist()
@@ -351,9 +449,17 @@ def test_superseded_names_merges_and_splits(spark):
     new = spark.createDataFrame(
         [
             ("a", "u", utc("2021-03-01T09:00"), utc("2021-03-01T10:30"), False),  # a absorbed b
-            ("c1", "u", utc("2021-03-01T11:50"), utc("2021-03-01T12:30"), False),  # c starts earlier
+            (
+                "c1",
+                "u",
+                utc("2021-03-01T11:50"),
+                utc("2021-03-01T12:30"),
+                False,
+            ),  # c starts earlier
         ],
         schema + ", is_quarantined boolean",
     )
-    got = rows_of(core.superseded(old, new), "superseded_session_identifier", "session_identifier", "reason")
+    got = rows_of(
+        core.superseded(old, new), "superseded_session_identifier", "session_identifier", "reason"
+    )
     assert got == [("b", "a", "merged"), ("c", "c1", "first event changed"), ("d", None, "removed")]
