@@ -179,7 +179,7 @@ def cmd_backfill(ctx: Context) -> int:
     a = ctx.args
     if a.end < a.start:
         raise UserError(f"--end {a.end} is before --start {a.start}.")
-    _print(backfill_pipeline(ctx, a.start, a.end).lines())
+    _print(backfill_pipeline(ctx, a.start, a.end, restart=a.restart).lines())
     return 0
 
 
@@ -253,6 +253,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--now", help="the current time, ISO 8601 (UTC when no zone): for tests and replays"
     )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show Dagster's and Spark's logs on the console (default: <home>/logs/engine.log)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("generate", help="write a realistic seeded data set as landing files")
@@ -282,6 +287,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--start", type=_date, required=True)
     p.add_argument("--end", type=_date, required=True)
+    p.add_argument(
+        "--restart",
+        action="store_true",
+        help="ignore the checkpoint of an interrupted backfill of this range and start at START",
+    )
     p.set_defaults(func=cmd_backfill)
 
     p = sub.add_parser("status", help="run-limit states, windows, pending and skipped days, locks")
