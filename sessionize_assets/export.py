@@ -19,11 +19,15 @@ def _iso_timestamps(table: pa.Table) -> pa.Table:
     columns = []
     for field, column in zip(table.schema, table.columns, strict=True):
         if pa.types.is_timestamp(field.type):
-            column = pc.strftime(column.cast(pa.timestamp("us", tz="UTC")), format="%Y-%m-%dT%H:%M:%SZ")
+            column = pc.strftime(
+                column.cast(pa.timestamp("us", tz="UTC")), format="%Y-%m-%dT%H:%M:%SZ"
+            )
         elif pa.types.is_date(field.type):
             column = pc.strftime(column, format="%Y-%m-%d")
         elif pa.types.is_nested(field.type) or pa.types.is_map(field.type):
-            column = pa.array([None if v is None else str(v) for v in column.to_pylist()], pa.string())
+            column = pa.array(
+                [None if v is None else str(v) for v in column.to_pylist()], pa.string()
+            )
         columns.append(column)
     return pa.table(columns, names=table.column_names)
 

@@ -17,7 +17,11 @@ def _run(args, tmp_path):
         "SESSIONIZE_JARS_DIR": str(jars_dir()),
     }
     return subprocess.run(
-        [sys.executable, "-m", "sessionize_assets.cli", *args], capture_output=True, text=True, env=env, timeout=300
+        [sys.executable, "-m", "sessionize_assets.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
 
 
@@ -40,14 +44,25 @@ def test_user_mistakes_are_one_sentence(tmp_path, args, needle):
 
 def test_bad_setting_is_named_before_any_data_is_touched(tmp_path, capsys):
     (tmp_path / "bad.yaml").write_text("reprocess_days: -1\n")
-    code = main(["--home", str(tmp_path / "h"), "--config", str(tmp_path / "bad.yaml"), "load", str(tmp_path)])
+    code = main(
+        [
+            "--home",
+            str(tmp_path / "h"),
+            "--config",
+            str(tmp_path / "bad.yaml"),
+            "load",
+            str(tmp_path),
+        ]
+    )
     assert code == 2
     assert "`reprocess_days`" in capsys.readouterr().err
     assert not (tmp_path / "h" / "warehouse").exists()
 
 
 def test_export_of_a_missing_table_names_the_known_ones(tmp_path, capsys):
-    code = main(["--home", str(tmp_path / "h"), "export", "sesions", "--out", str(tmp_path / "o.csv")])
+    code = main(
+        ["--home", str(tmp_path / "h"), "export", "sesions", "--out", str(tmp_path / "o.csv")]
+    )
     assert code == 2
     err = capsys.readouterr().err
     assert "sesions" in err and "sessions" in err

@@ -16,7 +16,15 @@ def test_definitions_load_with_every_asset_sensor_and_resource(home):
     defs = build_definitions(home)
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
-    for name in ("events", "filtered_events", "days_to_process", "daily_aggregates", "attributes", "sessions", "users"):
+    for name in (
+        "events",
+        "filtered_events",
+        "days_to_process",
+        "daily_aggregates",
+        "attributes",
+        "sessions",
+        "users",
+    ):
         assert name in keys
     partitions = graph.get(AssetKey("filtered_events")).partitions_def
     assert partitions.get_first_partition_key() == "2024-01-01"
@@ -26,9 +34,19 @@ def test_definitions_load_with_every_asset_sensor_and_resource(home):
 
 
 def test_dagster_definitions_validate_passes(tmp_path):
-    env = {"SESSIONIZE_HOME": str(tmp_path), "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "HOME": str(tmp_path)}
+    env = {
+        "SESSIONIZE_HOME": str(tmp_path),
+        "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
+        "HOME": str(tmp_path),
+    }
     result = subprocess.run(
-        [str(Path(sys.executable).with_name("dagster")), "definitions", "validate", "-w", "workspace.yaml"],
+        [
+            str(Path(sys.executable).with_name("dagster")),
+            "definitions",
+            "validate",
+            "-w",
+            "workspace.yaml",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -34,7 +34,9 @@ SENSOR_NAME = "session_models_sensor"
 
 def session_request_key(version: int, manifest_rows: list[tuple]) -> str:
     """A stable key for (filtered_events version, manifest state)."""
-    digest = hashlib.sha256(json.dumps(sorted(manifest_rows), default=str).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(json.dumps(sorted(manifest_rows), default=str).encode()).hexdigest()[
+        :16
+    ]
     return f"session_models:v{version}:{digest}"
 
 
@@ -55,7 +57,9 @@ def build_sensors(settings: Settings) -> list[SensorDefinition]:
     def session_models_sensor(context: SensorEvaluationContext, lake: LakeResource):
         version = delta_version(lake.table(FILTERED_EVENTS))
         if version is None:
-            return SensorResult(skip_reason=SkipReason("filtered_events does not exist yet."), cursor=context.cursor)
+            return SensorResult(
+                skip_reason=SkipReason("filtered_events does not exist yet."), cursor=context.cursor
+            )
         manifest = read_manifest(lake.table)
         rows = [
             (m, str(s.last_success), s.consumed_version, str(s.processed_through))
@@ -65,7 +69,9 @@ def build_sensors(settings: Settings) -> list[SensorDefinition]:
         key = session_request_key(version, rows)
         if context.cursor == key:
             return SensorResult(
-                skip_reason=SkipReason(f"Nothing new for the session models (filtered_events v{version})."),
+                skip_reason=SkipReason(
+                    f"Nothing new for the session models (filtered_events v{version})."
+                ),
                 cursor=context.cursor,
             )
         return SensorResult(
