@@ -184,12 +184,31 @@ def stop_spark() -> None:
         context.stop()
 
 
+def _ensure_verbose_default(cli: Any) -> None:
+    """`cli.main` reads `args.verbose` (engine logs to <home>/logs unless verbose), but the parser
+    of some revisions defines no `--verbose` option, so every `run` failed with AttributeError.
+    Give the parser a `verbose=False` default when it lacks one (a no-op once the CLI has it)."""
+    build = cli.build_parser
+    if getattr(build, "_bench_verbose_default", False):
+        return
+
+    def build_parser() -> Any:
+        parser = build()
+        if not any(a.dest == "verbose" for a in parser._actions):
+            parser.set_defaults(verbose=False)
+        return parser
+
+    build_parser._bench_verbose_default = True  # type: ignore[attr-defined]
+    cli.build_parser = build_parser
+
+
 def run_steps(
     home: str, config: str, steps: Sequence[dict[str, Any]], quiet: bool = True
 ) -> list[dict[str, Any]]:
     """Run each step's `sessionize` command in this process; time it; keep its output's tail."""
     from sessionize_assets import cli
 
+    _ensure_verbose_default(cli)
     out = []
     for step in steps:
         argv = ["--home", home, "--config", config]
