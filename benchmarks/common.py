@@ -207,6 +207,7 @@ def machine_facts() -> dict[str, Any]:
         "memory_available_bytes": memory.available,
         "loadavg": list(os.getloadavg()),
         "java": java_version(),
+        "code": code_version(),
         "versions": {
             name: _version(name)
             for name in (
@@ -219,6 +220,25 @@ def machine_facts() -> dict[str, Any]:
                 "sessionize_assets",
             )
         },
+    }
+
+
+def code_version() -> dict[str, Any]:
+    """The commit measured, and whether the working tree had changes (read-only git calls)."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "dirty": bool(status) if status is not None else None,
     }
 
 

@@ -63,10 +63,12 @@ def bench_tables(result: Mapping[str, Any]) -> list[str]:
             f"| {h['history_days']} | DuckDB (D days) | {_n(duck['wall_s'])} | – | {_n(duck['raw_rows'])} "
             f"| – | – | – | – | – | – | – |"
         )
-    lines += ["", "| target | value | met |", "|---|---|---|"]
+    lines += ["", "| target | value | met | same on JVM CPU |", "|---|---|---|---|"]
     for name, t in result["targets"].items():
         met = {True: "yes", False: "**no**", None: "n/a"}[t["met"]]
-        lines.append(f"| {name} ({t['rule']}) | {_n(t['value'])} | {met} |")
+        lines.append(
+            f"| {name} ({t['rule']}) | {_n(t['value'])} | {met} | {_n(t.get('value_jvm_cpu'))} |"
+        )
     return lines
 
 

@@ -1,0 +1,412 @@
+"""The benchmark harness: its pure parts on small inputs, and one end-to-end smoke run.
+
+The smoke run (`python -m benchmarks.run --days 1 --events-per-day 1500 --history ""`: 2 load
+days; full rebuild of day 1, incremental day 2, no-op, each in its own Spark process, plus the
+DuckDB reference) is the smallest configuration that exercises every part: its cost is three Spark
+start-ups and the pipeline's fixed per-run work, not the data (7-9 minutes measured on a 2-core
+machine shared with other Spark tests; see docs/benchmarks.md). SESSIONIZE_SKIP_BENCH_SMOKE=1
+leaves it out.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import os
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from benchmarks import common, deltastats, eventlog, reference
+from benchmarks.cluster import cluster_spark_conf, comparable_columns
+from benchmarks.run import evaluate_targets, main, parse_history
+
+# --- Spark event log parsing ------------------------------------------------------------------
+
+
+def _plan(location: str, rows_id: int, files_id: int, bytes_id: int) -> dict:
+    return {
+        "nodeName": "WholeStageCodegen (1)",
+        "metrics": [],
+        "children": [
+            {
+                "nodeName": "Scan parquet",
+                "simpleString": "FileScan parquet",
+                "metadata": {"Location": location},
+                "metrics": [
+                    {"name": "number of output rows", "accumulatorId": rows_id},
+                    {"name": "number of files read", "accumulatorId": files_id},
+                    {"name": "size of files read", "accumulatorId": bytes_id},
+                ],
+                "children": [],
+            }
+        ],
+    }
+
+
+def _task_end(updates: dict[int, int], records: int) -> dict:
+    return {
+        "Event": "SparkListenerTaskEnd",
+        "Task End Reason": {"Reason": "Success"},
+        "Task Info": {"Accumulables": [{"ID": k, "Update": str(v)} for k, v in updates.items()]},
+        "Task Metrics": {
+            "Executor Run Time": 10,
+            "Executor CPU Time": 5_000_000,
+            "Input Metrics": {"Bytes Read": 1000, "Records Read": records},
+            "Output Metrics": {"Bytes Written": 0, "Records Written": 0},
+            "Shuffle Read Metrics": {"Total Records Read": 3, "Local Bytes Read": 30},
+            "Shuffle Write Metrics": {"Shuffle Bytes Written": 30, "Shuffle Records Written": 3},
+        },
+    }
+
+
+def test_event_log_rows_read_per_table_and_window() -> None:
+    wh = "/h/warehouse"
+    events = [
+        {"Event": "SparkListenerApplicationStart", "Timestamp": 1_000_000},
+        {
+            "Event": eventlog.SQL_START,
+            "executionId": 0,
+            "time": 1_010_000,
+            "sparkPlanInfo": _plan(
+                f"PreparedDeltaFileIndex(1 paths)[file:{wh}/filtered_events]", 1, 2, 3
+            ),
+        },
+        # The adaptive re-plan repeats the same accumulators: counted once.
+        {
+            "Event": eventlog.SQL_AQE,
+            "executionId": 0,
+            "sparkPlanInfo": _plan(
+                f"PreparedDeltaFileIndex(1 paths)[file:{wh}/filtered_events]", 1, 2, 3
+            ),
+        },
+        _task_end({1: 60}, 60),
+        _task_end({1: 40}, 40),
+        {"Event": eventlog.DRIVER_ACCUM, "executionId": 0, "accumUpdates": [[2, 4], [3, 4096]]},
+        {
+            "Event": eventlog.SQL_START,
+            "executionId": 1,
+            "time": 1_030_000,
+            "sparkPlanInfo": _plan(
+                f"TahoeLogFileIndex[file:{wh}/sessions/_delta_log/00.checkpoint.parquet]", 7, 8, 9
+            ),
+        },
+        _task_end({7: 5}, 5),
+        {
+            "Event": eventlog.SQL_START,
+            "executionId": 2,
+            "time": 1_040_000,
+            "sparkPlanInfo": _plan(
+                "InMemoryFileIndex(1 paths)[file:/data/load_date=2024-01-01/events.csv]", 11, 12, 13
+            ),
+        },
+        _task_end({11: 7}, 7),
+    ]
+    windows = [
+        eventlog.Window("run", 1_000, 1_035),
+        eventlog.Window("run:filtered_events", 1_005, 1_015),
+        eventlog.Window("load", 1_036, 1_050),
+    ]
+    summary = eventlog.parse_event_log([json.dumps(e) for e in events], wh, "/data", windows)
+    assert summary.scans["table:filtered_events"].rows == 100
+    assert summary.scans["table:filtered_events"].files == 4
+    assert summary.scans["table:filtered_events"].bytes == 4096
+    assert summary.scans["table:filtered_events"].scans == 1
+    assert summary.scans["delta_log:sessions"].rows == 5
+    assert summary.scans["landing"].rows == 7
+    assert summary.rows_read() == 107  # the Delta log is not counted as rows read
+    assert summary.scans_by_window["run:filtered_events"]["table:filtered_events"].rows == 100
+    assert summary.scans_by_window["run"]["delta_log:sessions"].rows == 5
+    assert summary.scans_by_window["load"]["landing"].rows == 7
+    assert summary.tasks == 4
+    assert summary.task_totals["input_records"] == 112
+    assert summary.task_totals["shuffle_write_records"] == 12
+
+
+@pytest.mark.parametrize(
+    ("location", "expected"),
+    [
+        ("PreparedDeltaFileIndex(1 paths)[file:/h/wh/sessions]", "table:sessions"),
+        (
+            "TahoeBatchFileIndex(2 paths)[file:/h/wh/events/load_date=2024-01-01, file:/x]",
+            "table:events",
+        ),
+        ("InMemoryFileIndex(1 paths)[file:/h/wh/events/_delta_log/0001.json]", "delta_log:events"),
+        ("InMemoryFileIndex(1 paths)[file:/data/load_date=2024-01-01/events.csv]", "landing"),
+        ("InMemoryFileIndex(1 paths)[file:/elsewhere/x.csv]", "other:/elsewhere/x.csv"),
+        (None, "other:in-memory"),
+    ],
+)
+def test_scan_locations_are_classified(location: str | None, expected: str) -> None:
+    assert eventlog.classify_location(location, "/h/wh", "/data") == expected
+
+
+# --- Delta commit metrics ----------------------------------------------------------------------
+
+
+def test_commit_metrics_are_summed_across_operations() -> None:
+    commits = [
+        {
+            "operation": "WRITE",
+            "operationMetrics": {"numFiles": "2", "numOutputRows": "100", "numOutputBytes": "10"},
+        },
+        {
+            "operation": "MERGE",
+            "operationMetrics": {
+                "numTargetFilesAdded": "1",
+                "numTargetFilesRemoved": "3",
+                "numOutputRows": "40",
+                "numTargetRowsInserted": "5",
+                "numTargetRowsUpdated": "2",
+                "numTargetBytesAdded": "7",
+                "numTargetBytesRemoved": "9",
+            },
+        },
+    ]
+    out = deltastats.summarize_commits(commits)
+    assert out["commits"] == 2
+    assert out["rows_written"] == 140
+    assert (out["files_added"], out["files_removed"]) == (3, 3)
+    assert (out["bytes_added"], out["bytes_removed"]) == (17, 9)
+    assert out["rows_changed"] == {"numTargetRowsInserted": 5, "numTargetRowsUpdated": 2}
+    assert out["operations"] == {"MERGE": 1, "WRITE": 1}
+
+
+# --- targets ------------------------------------------------------------------------------------
+
+
+def _measurement(wall: float, event_rows: int, ok: bool = True) -> dict:
+    return {"ok": ok, "wall_s": wall, "rows_read": {"event_rows": event_rows}}
+
+
+def _history(days: int, full: float, inc: float, inc_rows: int, minimal: int) -> dict:
+    return {
+        "history_days": days,
+        "full_rebuild": _measurement(full, 10 * minimal),
+        "incremental": _measurement(inc, inc_rows),
+        "noop": _measurement(9.0, 0),
+        "minimal": {"minimal_rows": minimal},
+        "duckdb_full": {"raw_rows": 1000, "rows_per_s": 100.0},
+    }
+
+
+def test_targets_are_evaluated_at_the_headline_history() -> None:
+    histories = [_history(5, 100.0, 9.0, 1200, 1000), _history(20, 400.0, 30.0, 1000, 1000)]
+    targets = evaluate_targets(histories, headline=20)
+    assert targets["incremental_wall_vs_full"] == {
+        "rule": "incremental wall / full rebuild wall <= 0.1",
+        "value": 0.075,
+        "met": True,
+    }
+    assert targets["incremental_rows_read_vs_minimal"]["value"] == 1.0
+    assert targets["incremental_growth"]["met"] is False  # 9 s -> 30 s is not flat
+    assert targets["full_rebuild_growth_vs_history"]["value"] == 1.0  # linear
+    assert targets["noop_event_rows_read"]["met"] is True
+    assert targets["full_throughput_vs_duckdb"]["value"] == pytest.approx(0.025)
+    assert targets["full_throughput_vs_duckdb"]["met"] is False
+
+
+def test_failed_measurements_give_no_target_values() -> None:
+    history = _history(5, 100.0, 9.0, 1200, 1000)
+    history["noop"] = _measurement(1.0, 0, ok=False)
+    targets = evaluate_targets([history], headline=5)
+    assert targets["noop_wall_s"] == {
+        "rule": "no-op wall seconds (incl. Spark start) < 15",
+        "value": None,
+        "met": None,
+    }
+    assert targets["incremental_growth"]["met"] is None
+
+
+def test_history_points_parse() -> None:
+    assert parse_history("20, 5,10,5") == [5, 10, 20]
+    assert parse_history("") == []
+
+
+def test_branch_attribution_by_assets() -> None:
+    assert common.branch_of("run:filtered_events,days_to_process") == "time-based"
+    assert common.branch_of("run:sessions,users") == "session-based"
+    assert common.branch_of("load") == "load"
+    assert common.branch_of("run") == "other"
+
+
+def test_measurement_summary_splits_reads_and_time_by_branch() -> None:
+    raw = {
+        "ok": True,
+        "command_wall_s": 100.0,
+        "steps": [
+            {"label": "load", "start": 10.0, "end": 40.0, "wall_s": 30.0, "exit_code": 0},
+            {"label": "run", "start": 40.0, "end": 95.0, "wall_s": 55.0, "exit_code": 0},
+        ],
+        "dagster_runs": [
+            {"assets": ["days_to_process", "filtered_events"], "start": 45.0, "end": 65.0},
+            {"assets": ["session_models"], "start": 70.0, "end": 90.0},
+        ],
+        "spark": {
+            "jobs": 3,
+            "task_totals": {"input_bytes": 10, "shuffle_read_records": 4},
+            "scans": {
+                "landing": {"rows": 100, "files": 1, "bytes": 5},
+                "table:events": {"rows": 300, "files": 2, "bytes": 5},
+                "table:filtered_events": {"rows": 50, "files": 3, "bytes": 5},
+                "table:sessions": {"rows": 7, "files": 1, "bytes": 5},
+                "delta_log:events": {"rows": 9, "files": 1, "bytes": 5},
+            },
+            "scans_by_window": {
+                "load": {"landing": {"rows": 100}},
+                "run:days_to_process,filtered_events": {"table:events": {"rows": 300}},
+                "run:session_models": {
+                    "table:filtered_events": {"rows": 50},
+                    "table:sessions": {"rows": 7},
+                },
+            },
+        },
+        "delta": {"totals": {"rows_written": 20, "files_added": 2, "files_removed": 1}},
+        "memory": {"peak_pss_total_bytes": 123},
+    }
+    m = common.summarize_measurement(raw)
+    assert m["rows_read"]["event_rows"] == 450
+    assert m["rows_read"]["other_tables"] == 7
+    assert m["rows_read"]["delta_log"] == 9
+    assert m["files_touched"] == 8 + 2 + 1
+    assert m["by_branch"]["time-based"] == {
+        "event_rows_read": 300,
+        "other_table_rows_read": 0,
+        "bytes_read": 0,
+        "wall_s": 20.0,
+        "dagster_runs": 1,
+    }
+    assert m["by_branch"]["session-based"]["event_rows_read"] == 50
+    assert m["by_branch"]["session-based"]["other_table_rows_read"] == 7
+    assert m["by_branch"]["load"]["wall_s"] == 30.0
+    assert m["by_branch"]["other"]["wall_s"] == 15.0  # the run step outside its Dagster runs
+    assert m["peak_memory_bytes"] == 123
+
+
+def test_cluster_settings_and_compared_columns() -> None:
+    conf = cluster_spark_conf("spark://127.0.0.1:7077", workers=2)
+    assert conf["spark.master"] == "spark://127.0.0.1:7077"
+    assert conf["spark.driver.bindAddress"] == "127.0.0.1"
+    assert conf["spark.cores.max"] == "2"
+    columns = ["event_id", "_load_id", "recorded_at", "aggregated_at", "total_events", "run_id"]
+    assert comparable_columns(columns) == ["event_id", "total_events"]
+
+
+# --- the DuckDB reference on a hand-made landing file ----------------------------------------
+
+
+def _row(event_id: str | None, user: str, when: str, load: str, name: str = "page_view") -> dict:
+    return {
+        "event_id": event_id,
+        "event_name": name,
+        "domain_userid": user,
+        "page_url": f"https://x/{event_id}",
+        "collector_tstamp": when,
+        "dvce_created_tstamp": when,
+        "dvce_sent_tstamp": when,
+        "derived_tstamp": when,
+        "load_tstamp": load,
+    }
+
+
+def test_reference_validates_dedupes_and_sessionizes(tmp_path: Path) -> None:
+    day1 = tmp_path / "load_date=2024-01-01"
+    day2 = tmp_path / "load_date=2024-01-02"
+    rows1 = [
+        _row("a", "u1", "2024-01-01 10:00:00.000", "2024-01-01 10:00:05.000"),
+        _row("b", "u1", "2024-01-01 10:20:00.000", "2024-01-01 10:20:05.000", "page_ping"),
+        _row("b", "u1", "2024-01-01 10:20:00.000", "2024-01-01 10:21:00.000", "page_ping"),  # copy
+        _row("c", "u1", "2024-01-01 11:20:00.000", "2024-01-01 11:20:05.000"),  # 60 min gap
+        _row(None, "u1", "2024-01-01 11:31:00.000", "2024-01-01 11:31:05.000"),  # no event_id
+        _row("d", "u2", "2024-01-01 13:00:00.000", "2024-01-01 12:00:00.000"),  # clock skew
+        _row("e", "u2", "2024-01-01 25:00:00.000", "2024-01-01 12:00:00.000"),  # bad timestamp
+    ]
+    # Day 2: a late event filling the gap (two 30-minute gaps: not strictly longer, so u1's two
+    # sessions merge), and a copy of `a` (dropped: loaded the day before).
+    rows2 = [
+        _row("f", "u1", "2024-01-01 10:50:00.000", "2024-01-02 08:00:00.000"),
+        _row("a", "u1", "2024-01-01 10:00:00.000", "2024-01-02 09:00:00.000"),
+    ]
+    for folder, rows in ((day1, rows1), (day2, rows2)):
+        folder.mkdir()
+        with (folder / "events.csv").open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]), lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(rows)
+        with (folder / "events.csv").open("a") as handle:
+            handle.write("too,few,fields\n")
+    con = duckdb.connect()
+    rules = reference.ReferenceRules(start_date=dt.date(2024, 1, 1))
+    counts = reference.build_reference(con, reference.landing_files(tmp_path), rules)
+    # Out: no event id, clock skew, unparseable timestamp, and the two short CSV rows.
+    assert counts["ref_events"] == 6
+    assert counts["ref_filtered"] == 4  # a, b, c, f
+    sessions = con.execute(
+        "SELECT user_identifier, total_events, page_views, session_number FROM ref_sessions"
+    ).fetchall()
+    assert sessions == [("u1", 4, 3, 1)]
+    aggregates = con.execute(
+        "SELECT user_identifier, event_date, total_events, page_views FROM ref_daily_aggregates"
+    ).fetchall()
+    assert aggregates == [("u1", dt.date(2024, 1, 1), 4, 3)]
+    minimal = reference.minimal_rows(con, dt.date(2024, 1, 2), rules.dedupe_lookback_days)
+    assert minimal["new_rows"] == 2
+    assert minimal["touched_event_day_rows"] == 4
+    assert minimal["touched_session_rows"] == 4
+    assert minimal["minimal_rows"] == 10
+    assert minimal["dedupe_lookback_rows"] == 4
+    con.close()
+
+
+# --- end to end ----------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(
+    os.environ.get("SESSIONIZE_SKIP_BENCH_SMOKE") == "1", reason="SESSIONIZE_SKIP_BENCH_SMOKE=1"
+)
+def test_benchmark_end_to_end(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    code = main(
+        [
+            "--days",
+            "1",
+            "--events-per-day",
+            "1500",
+            "--history",
+            "",
+            "--out",
+            str(out),
+            "--work",
+            str(tmp_path / "work"),
+            "--no-duckdb-output",
+            "--quiet",
+        ]
+    )
+    [path] = sorted(out.glob("bench-*.json"))
+    assert sorted(out.glob("bench-*.png"))
+    result = json.loads(path.read_text())
+    assert result["schema_version"] == common.SCHEMA_VERSION
+    assert result["machine"]["cpu_count_logical"] >= 1
+    assert result["machine"]["versions"]["pyspark"]
+    assert [h["history_days"] for h in result["histories"]] == [1]
+    history = result["histories"][0]
+    for kind in ("full_rebuild", "incremental", "noop"):
+        m = history[kind]
+        assert m["ok"], (kind, m["error"], history["raw"][kind].get("log_tail"))
+        assert m["wall_s"] > 0 and m["peak_memory_bytes"] > 0
+        for key in ("event_rows", "landing", "events_table", "filtered_events_table"):
+            assert isinstance(m["rows_read"][key], int)
+    full, inc = history["full_rebuild"], history["incremental"]
+    # Rows counted by Spark's own metrics: the full rebuild reads every landing row.
+    assert full["rows_read"]["landing"] >= history["duckdb_full"]["counts"]["ref_events"]
+    assert full["rows_written"] > 0 and full["files_added"] > 0
+    assert inc["rows_read"]["landing"] < full["rows_read"]["landing"]
+    assert history["minimal"]["minimal_rows"] > 0
+    # DuckDB and Spark agree, table by table.
+    for check in history["checks"].values():
+        for name, table in check["tables"].items():
+            assert table["equal"], (name, table)
+    assert set(result["targets"]) >= {"incremental_wall_vs_full", "noop_wall_s"}
+    assert code == 0
