@@ -89,6 +89,12 @@ def branch_table(result: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _extra(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    return f"{_n(abs(seconds))} s {'more' if seconds >= 0 else 'less'}"
+
+
 def cluster_table(result: Mapping[str, Any]) -> list[str]:
     o = result["overhead"]
     data = result.get("data_tables_equal") or {}
@@ -101,7 +107,7 @@ def cluster_table(result: Mapping[str, Any]) -> list[str]:
         f"| {'all' if result['tables_equal'] else 'NOT all'} "
         f"({', '.join(k for k, v in data.items() if v)}) |",
         "",
-        f"Cluster over local: ×{_n(o['cluster_over_local'])} ({_n(o['extra_s'])} s more).",
+        f"Cluster over local: ×{_n(o['cluster_over_local'])} ({_extra(o['extra_s'])}).",
     ]
 
 

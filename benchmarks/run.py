@@ -436,11 +436,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.run", description=__doc__.splitlines()[0]
     )
-    # Defaults sized for a shared 2-core machine (the whole sweep in about 40 minutes; see
-    # docs/benchmarks.md): each run pays about a minute of Spark start, Dagster runs and Delta
-    # commits, and the catch-up is one filtered_events run per load day, so 30 days x 200,000
-    # events with a 5..40 sweep would take hours here. The size: --days 30
-    # --events-per-day 200000 --history 5,10,20,40.
+    # Defaults sized for a shared 2-core machine (docs/benchmarks.md): every measurement pays
+    # 40-80 s of Spark start, Dagster runs and Delta commits whatever the data, and `load` costs
+    # 10-20 s per load day, so the size (--days 30 --events-per-day 200000 --history
+    # 5,10,20,40: 105 load days of full rebuilds alone) takes hours here.
     parser.add_argument("--days", type=int, default=6, help="headline history length (load days)")
     parser.add_argument("--events-per-day", type=int, default=5_000)
     parser.add_argument(
