@@ -49,29 +49,51 @@ def run_pipeline(ctx, now: dt.datetime | None = None) -> PipelineReport:  # noqa
     return report
 
 
-def backfill_pipeline(ctx, start: dt.date, end: dt.date) -> PipelineReport:  # noqa: ANN001
-    """Re-materialize load days start..end and everything downstream of them (both branches)."""
+def backfill_pipeline(  # noqa: ANN001
+    ctx, start: dt.date, end: dt.date, restart: bool = False
+) -> PipelineReport:
+    """Re-materialize load days start..end and everything downstream of them (both branches).
+
+    The load days run as cursor windows checkpointed in `cursor_state` under
+    `backfill/<start>/<end>`: if this backfill was interrupted, it resumes at its first unfinished
+    window (unless `restart`). Once both branches are done the checkpoint is cleared, so asking for
+    the same backfill again redoes it.
+    """
     from sessionize_assets.commands.sessions import run_sessions
     from sessionize_assets.commands.time_based import backfill_time_based
+    from sessionize_assets.core.cursor import CursorState
+    from sessionize_assets.core.load_windows import backfill_cursor_name
+    from sessionize_assets.resources.processing_manifest import CursorCheckpointStore
+    from sessionize_assets.resources.tables import CURSOR_STATE
 
     lake = _lake(ctx)
+    store = CursorCheckpointStore(ctx.spark, lake.table(CURSOR_STATE))
+    name = backfill_cursor_name(start, end)
+    saved = store.load(name).global_cursor
     report = PipelineReport()
-    report.sections.append(
-        (
-            "time-based branch",
-            backfill_time_based(start, end, lake, ctx.spark, ctx.instance).lines(),
-        )
+    time_based = backfill_time_based(
+        start,
+        end,
+        lake,
+        ctx.spark,
+        ctx.instance,
+        cursor=None if restart else saved,
+        checkpoint=lambda cursor, run_id: store.save(
+            name, CursorState(global_cursor=cursor), run_id
+        ),
     )
+    report.sections.append(("time-based branch", time_based.lines()))
     # The re-materialized load days reach sessions and users through filtered_events' change feed.
-    report.sections.append(
-        ("session-based branch", run_sessions(lake, ctx.spark, ctx.instance).lines())
-    )
+    sessions = run_sessions(lake, _spark_resource(ctx), ctx.instance)
+    report.sections.append(("session-based branch", sessions.lines()))
+    if sessions.ok and (saved is not None or time_based.load_day_runs):
+        store.save(name, CursorState())  # done: the next backfill of this range starts over
     return report
 
 
 def status_lines(ctx) -> list[str]:  # noqa: ANN001
     """Run-limit states and windows, pending and skipped days, locks (no Spark)."""
-    from sessionize_assets.commands.manifest import manifest_status_lines
+    from sessionize_assets.commands.manifest import cursor_status_lines, manifest_status_lines
     from sessionize_assets.commands.sessions import status_sessions
     from sessionize_assets.commands.time_based import status_time_based
 
@@ -84,6 +106,7 @@ def status_lines(ctx) -> list[str]:  # noqa: ANN001
     out += [
         f"  {line}" for line in manifest_status_lines(lake.table("processing_manifest"), ctx.now)
     ]
+    out += [f"  {line}" for line in cursor_status_lines(lake.table("cursor_state"))]
     return out
 
 

@@ -32,3 +32,13 @@ def home(tmp_path: Path) -> Path:
     path = tmp_path / "home"
     path.mkdir()
     return path
+
+
+@pytest.fixture(autouse=True)
+def _isolated_environment():
+    """The CLI exports SESSIONIZE_HOME/CONFIG/NOW and DAGSTER_HOME for its run processes; a test
+    that calls `cli.main` in-process must not leave them to the next test."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)

@@ -183,3 +183,22 @@ def manifest_status_lines(
 
 def _capitalized(text: str) -> str:
     return text[:1].upper() + text[1:]
+
+
+def cursor_status_lines(path: str) -> list[str]:
+    """For `sessionize status`: cursors with a checkpointed position (e.g. an interrupted
+    backfill, which the same command resumes), with the run that checkpointed it."""
+    from sessionize_assets.resources.processing_manifest import read_cursor_states
+
+    lines = []
+    for name, (state, row) in read_cursor_states(path).items():
+        if state.global_cursor is None and not state.partitions:
+            continue  # cleared: nothing in progress
+        at = state.global_cursor.isoformat() if state.global_cursor else "per partition"
+        lines.append(
+            f"  {name}: done before {at} (checkpointed by run {row['run_id'] or '?'} at "
+            f"{row['checkpoint_time']:%Y-%m-%d %H:%M:%S} UTC); running it again resumes there"
+        )
+    if not lines:
+        return ["cursor checkpoints: none in progress"]
+    return ["cursor checkpoints in progress:", *lines]

@@ -5,8 +5,9 @@ runs are recorded where the UI shows them."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from dagster import AssetSpec, DagsterInstance, materialize
 from pyspark.sql import DataFrame, SparkSession
@@ -22,7 +23,14 @@ from sessionize_assets.checks import accounting_invariant, duplicates_in_filtere
 from sessionize_assets.core import aggregates as agg
 from sessionize_assets.core import attributes as attrs
 from sessionize_assets.core import filtering
-from sessionize_assets.core.load_windows import RunPlan, contiguous_ranges, plan_load_days
+from sessionize_assets.core.cursor import advance
+from sessionize_assets.core.load_windows import (
+    RunPlan,
+    backfill_cursor,
+    backfill_windows,
+    contiguous_ranges,
+    plan_load_days,
+)
 from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE
 from sessionize_assets.jobs import TIME_BASED_LANE
 from sessionize_assets.partitions import daily_partitions
@@ -234,6 +242,7 @@ class TimeBasedBackfillReport:
     start: dt.date
     end: dt.date
     load_day_runs: list[tuple[dt.date, dt.date]] = field(default_factory=list)
+    resumed_at: dt.datetime | None = None
     reached: list[dt.date] = field(default_factory=list)
     event_days: list[dt.date] = field(default_factory=list)
     waiting: list[dt.date] = field(default_factory=list)
@@ -242,6 +251,11 @@ class TimeBasedBackfillReport:
 
     def lines(self) -> list[str]:
         out = [f"Time-based backfill of load days {self.start} .. {self.end} (inclusive):"]
+        if self.resumed_at is not None:
+            out.append(
+                f"  Resuming an interrupted backfill: load days before {self.resumed_at.date()} "
+                "were completed and checkpointed by an earlier run (`--restart` redoes them)."
+            )
         for first, last in self.load_day_runs:
             out.append(
                 f"  filtered_events + days_to_process re-materialized for {_fmt(_days(first, last))}"
@@ -269,21 +283,38 @@ def backfill_time_based(
     lake: LakeResource,
     spark: SparkSession | None,
     instance: DagsterInstance,
+    cursor: dt.datetime | None = None,
+    checkpoint: Callable[[dt.datetime, str | None], Any] | None = None,
 ) -> TimeBasedBackfillReport:
     """Re-materialize load days start .. end (inclusive) and everything they affect downstream:
-    later load days their duplicates reach, the event days they decide, attributes."""
+    later load days their duplicates reach, the event days they decide, attributes.
+
+    The load days are cursor windows (`core.load_windows.backfill_cursor`: one Dagster run of at
+    most backfill_limit_days days each); after each window `checkpoint(cursor, run_id)` is called,
+    and a backfill given the `cursor` of an interrupted one resumes at its first unfinished window.
+    """
     del spark
     settings, now = lake.settings, lake.current_time()
     if end < start:
         raise ValueError(f"end {end} is before start {start}")
     first = max(start, settings.start_date)
-    last = min(end, now.date())
     report = TimeBasedBackfillReport(start=start, end=end)
     runner = _Runner(lake, instance)
-    days = _days(first, last) if first <= last else []
-    runner.load_days(days, set(days))
-    report.load_day_runs = contiguous_ranges(days, settings.backfill_limit_days)
-    if days:
+    if first > end:
+        config, windows = None, []
+    else:
+        config = backfill_cursor(first, end, settings.backfill_limit_days)
+        windows = backfill_windows(config, cursor, now)
+    if cursor is not None and config is not None and cursor > config.start:
+        report.resumed_at = cursor
+    for window, days in windows:
+        runner.load_days(days, set(days))
+        report.load_day_runs.append((days[0], days[-1]))
+        cursor = advance(cursor, window)
+        if checkpoint is not None:
+            checkpoint(cursor, runner.run_ids[-1] if runner.run_ids else None)
+    last = min(end, now.date())
+    if config is not None and first <= last:
         reach_end = last + dt.timedelta(days=settings.dedupe_lookback_days)
         state = read_state(_tables(lake))
         reached = [

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from sessionize_assets.core.cursor import CursorConfig, Window, plan_windows
+
 ONE_DAY = dt.timedelta(days=1)
 
 
@@ -252,3 +254,35 @@ def contiguous_ranges(days: Iterable[dt.date], max_days: int) -> list[tuple[dt.d
         else:
             out.append((day, day))
     return out
+
+
+# ------------------------------------------------------------------------------- backfills
+
+
+def backfill_cursor(start: dt.date, end: dt.date, backfill_limit_days: int) -> CursorConfig:
+    """A backfill of load days `start` .. `end` (inclusive) as cursor windows (seed 004): one
+    window per Dagster run of at most `backfill_limit_days` load days, aligned to `start`, so a
+    resumed backfill cuts the same windows as the interrupted one."""
+    if end < start:
+        raise ValueError(f"end {end} is before start {start}")
+    if backfill_limit_days < 1:
+        raise ValueError("backfill_limit_days must be at least 1")
+    return CursorConfig(
+        start=midnight(start),
+        end=midnight(end) + ONE_DAY,
+        step=f"P{backfill_limit_days}D",
+        align_to_start=True,
+    )
+
+
+def backfill_cursor_name(start: dt.date, end: dt.date) -> str:
+    """The name a backfill's checkpoints are kept under in `cursor_state`."""
+    return f"backfill/{start.isoformat()}/{end.isoformat()}"
+
+
+def backfill_windows(
+    config: CursorConfig, cursor: dt.datetime | None, now: dt.datetime
+) -> list[tuple[Window, list[dt.date]]]:
+    """The windows a backfill still has to run (from its checkpointed cursor, up to now), each
+    with its load days."""
+    return [(w, load_days_between(w.start, w.end)) for w in plan_windows(config, cursor, now)]

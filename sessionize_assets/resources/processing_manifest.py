@@ -737,6 +737,23 @@ def read_cursor_state(path: str, name: str) -> CursorState:
     return CursorState.from_dict(json.loads(row["state"]) if row else None)
 
 
+def read_cursor_states(path: str) -> dict[str, tuple[CursorState, dict[str, Any]]]:
+    """Every cursor's latest state and checkpoint row (`sequence, run_id, checkpoint_time`), by
+    name, via delta-rs ({} when the table does not exist)."""
+    table = _open(path)
+    if table is None:
+        return {}
+    latest: dict[str, dict[str, Any]] = {}
+    for row in table.to_pyarrow_table().to_pylist():
+        kept = latest.get(row["cursor_name"])
+        if kept is None or row["sequence"] > kept["sequence"]:
+            latest[row["cursor_name"]] = row
+    return {
+        name: (CursorState.from_dict(json.loads(row["state"])), row)
+        for name, row in sorted(latest.items())
+    }
+
+
 def read_cursor_history(path: str, name: str) -> list[dict[str, Any]]:
     """Every checkpoint of a cursor, oldest first (`sequence, state, run_id, checkpoint_time`)."""
     table = _open(path)

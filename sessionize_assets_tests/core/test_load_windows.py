@@ -8,6 +8,9 @@ import pytest
 
 from sessionize_assets.core.load_windows import (
     RunState,
+    backfill_cursor,
+    backfill_cursor_name,
+    backfill_windows,
     last_processed_load_times,
     load_days_between,
     plan_load_days,
@@ -216,3 +219,45 @@ def test_last_processed_load_times() -> None:
         }
     )
     assert out == {"filtered_events": t("2021-01-03T05:00:00"), "days_to_process": None}
+
+
+# ------------------------------------------------------------------------------- backfills
+
+
+def test_a_backfill_is_cursor_windows_of_at_most_backfill_limit_days() -> None:
+    config = backfill_cursor(d("2024-03-01"), d("2024-03-07"), 3)
+    assert (config.start, config.end) == (t("2024-03-01T00:00:00"), t("2024-03-08T00:00:00"))
+    planned = backfill_windows(config, None, t("2024-04-01T00:00:00"))
+    assert [tuple(days_) for _, days_ in planned] == [
+        days("2024-03-01", "2024-03-02", "2024-03-03"),
+        days("2024-03-04", "2024-03-05", "2024-03-06"),
+        days("2024-03-07"),
+    ]
+    assert all(w.end - w.start <= dt.timedelta(days=3) for w, _ in planned)
+
+
+def test_a_resumed_backfill_starts_at_its_first_unfinished_window_with_the_same_cuts() -> None:
+    config = backfill_cursor(d("2024-03-01"), d("2024-03-07"), 3)
+    first, *_ = backfill_windows(config, None, t("2024-04-01T00:00:00"))
+    resumed = backfill_windows(config, first[0].end, t("2024-04-01T00:00:00"))
+    assert [tuple(days_) for _, days_ in resumed] == [
+        days("2024-03-04", "2024-03-05", "2024-03-06"),
+        days("2024-03-07"),
+    ]
+    # a checkpoint in the middle of a window (e.g. an older step) realigns to the start's grid
+    odd = backfill_windows(config, t("2024-03-02T00:00:00"), t("2024-04-01T00:00:00"))
+    assert [tuple(days_) for _, days_ in odd][0] == days("2024-03-02", "2024-03-03")
+    assert backfill_windows(config, config.end, t("2024-04-01T00:00:00")) == []
+
+
+def test_a_backfill_stops_at_now_and_names_its_checkpoint() -> None:
+    config = backfill_cursor(d("2024-03-01"), d("2024-03-07"), 5)
+    planned = backfill_windows(config, None, t("2024-03-03T08:00:00"))
+    assert [tuple(days_) for _, days_ in planned] == [
+        days("2024-03-01", "2024-03-02", "2024-03-03")
+    ]
+    assert (
+        backfill_cursor_name(d("2024-03-01"), d("2024-03-07")) == "backfill/2024-03-01/2024-03-07"
+    )
+    with pytest.raises(ValueError, match="before start"):
+        backfill_cursor(d("2024-03-07"), d("2024-03-01"), 3)
