@@ -1,0 +1,261 @@
+"""A `sessionize run` killed mid-way (SIGKILL to its process group: Python and its Spark JVM)
+leaves a lock that `status` shows; after the operator abandons and resolves it, running again
+produces tables identical to a run that was never interrupted."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sessionize_assets.cli import main
+from sessionize_assets.core.manifest_state import ItemStatus
+from sessionize_assets.demo import DEMO_SETTINGS
+from sessionize_assets.generator import generate
+from sessionize_assets.home import Home
+from sessionize_assets.jars import jars_dir
+from sessionize_assets.resources.processing_manifest import item_states
+from sessionize_assets.resources.tables import (
+    ATTRIBUTES,
+    DAILY_AGGREGATE_HORIZONS,
+    DAILY_AGGREGATES,
+    DAYS_TO_PROCESS,
+    EVENTS,
+    FILTERED_EVENTS,
+    INCREMENTAL_MANIFEST,
+    INVALID_EVENTS,
+    QUARANTINED_SESSIONS,
+    SESSIONS,
+    SESSIONS_LIFECYCLE_MANIFEST,
+    SUPERSEDED_SESSIONS,
+    USERS,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+START = dt.date(2024, 3, 1)
+DAYS = 3
+NOW = "2024-03-04T00:30:00"
+# Every table a run writes (the processing manifest and Dagster's own records aside).
+COMPARED = (
+    EVENTS,
+    INVALID_EVENTS,
+    FILTERED_EVENTS,
+    DAYS_TO_PROCESS,
+    DAILY_AGGREGATE_HORIZONS,
+    DAILY_AGGREGATES,
+    ATTRIBUTES,
+    SESSIONS,
+    USERS,
+    SESSIONS_LIFECYCLE_MANIFEST,
+    QUARANTINED_SESSIONS,
+    SUPERSEDED_SESSIONS,
+    INCREMENTAL_MANIFEST,
+)
+# Columns that record by which load or run something was written, not what.
+VOLATILE = {"_load_id", "filtered_materialization_id", "consumed_version"}
+# The data is from 2024 (and `--now` too): a timestamp after this is the wall clock of a write
+# (`decided_at`, `aggregated_at`, `decided_through`, ...), which differs between any two runs.
+WALL_CLOCK_AFTER = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+
+
+def _table_rows(path: str) -> tuple[list[str], list[tuple]]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = DeltaTable(path).to_pyarrow_table()
+    except TableNotFoundError:
+        return [], []
+
+    def wall_clock(name: str) -> bool:
+        column = table[name]
+        if not pa.types.is_timestamp(column.type) or column.null_count == len(column):
+            return False
+        latest = pc.max(column.cast(pa.timestamp("us", tz="UTC"))).as_py()
+        return latest is not None and latest >= WALL_CLOCK_AFTER
+
+    columns = sorted(
+        c
+        for c in table.column_names
+        if c not in VOLATILE and not c.endswith("run_id") and not wall_clock(c)
+    )
+    rows = table.select(columns).to_pylist()
+    return columns, sorted((tuple(repr(r[c]) for c in columns) for r in rows), key=repr)
+
+
+def _cli(home: Path, *args: str) -> None:
+    code = main(["--home", str(home), "--now", NOW, *args])
+    assert code == 0, args
+
+
+def _prepare(home: Path, landing: Path) -> None:
+    home.mkdir()
+    (home / "sessionize.yaml").write_text(DEMO_SETTINGS + "backfill_limit_days: 30\n")
+    for offset in range(DAYS):
+        day = START + dt.timedelta(days=offset)
+        _cli(home, "load", str(landing / f"load_date={day}"), "--load-tstamp-from", "load_tstamp")
+
+
+def _locked(manifest: str) -> dict[str, object]:
+    try:
+        states = item_states(manifest)
+    except Exception:  # noqa: BLE001 - the table may be mid-creation; look again
+        return {}
+    return {k: s for k, s in states.items() if s.status is ItemStatus.LOCKED}
+
+
+def _kill_while_locked(home: Path, log: Path, prefixes: tuple[str, ...]) -> list[str]:
+    """Start `sessionize run` in its own process group; SIGKILL it once it holds a lock on a
+    partition whose item starts with one of `prefixes`; the items left locked."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "PYSPARK_PYTHON": sys.executable,
+        "SESSIONIZE_JARS_DIR": str(jars_dir()),
+    }
+    manifest = Home(home).table("processing_manifest")
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "sessionize_assets.cli", "--home", str(home)]
+            + ["--now", NOW, "run"],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            locked = _locked(manifest)
+            if any(item.startswith(prefixes) for item in locked):
+                os.killpg(process.pid, signal.SIGKILL)
+                break
+            if process.poll() is not None:
+                pytest.fail(
+                    f"the run finished before it could be killed:\n{log.read_text()[-3000:]}"
+                )
+            if time.monotonic() > deadline:
+                pytest.fail(f"no lock seen in time:\n{log.read_text()[-3000:]}")
+            time.sleep(0.1)
+        assert process.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    return sorted(_locked(manifest))
+
+
+def test_a_killed_run_resolved_and_rerun_gives_the_tables_of_an_uninterrupted_run(
+    spark, tmp_path, capsys
+):
+    landing = tmp_path / "landing"
+    generate(landing, start_date=START, days=DAYS, events_per_day=250, seed=7)
+    reference, killed = tmp_path / "reference", tmp_path / "killed"
+    _prepare(reference, landing)
+    _cli(reference, "run")
+    _prepare(killed, landing)
+
+    # Killed mid-way: filtered_events and days_to_process are committed, an aggregate is not.
+    locked = _kill_while_locked(killed, tmp_path / "killed-run.log", ("daily_aggregates/",))
+    assert locked, "the killed run left no lock"
+
+    capsys.readouterr()
+    _cli(killed, "status")
+    status = capsys.readouterr().out
+    for item in locked:
+        assert any(item in line and "locked" in line for line in status.splitlines()), status
+    # A locked partition blocks its own reprocessing until the operator releases it.
+    assert main(["--home", str(killed), "--now", NOW, "run"]) != 0
+    assert any(item in capsys.readouterr().err for item in locked)
+
+    for item in locked:
+        _cli(killed, "manifest", "resolve", item, "--reason", "the run was killed")
+    _cli(killed, "run")
+    assert not _locked(Home(killed).table("processing_manifest"))
+
+    for name in COMPARED:
+        want = _table_rows(Home(reference).table(name))
+        got = _table_rows(Home(killed).table(name))
+        assert got == want, f"{name} differs after the killed run was resolved and re-run"
+    assert _table_rows(Home(reference).table(SESSIONS))[1], "the reference has no sessions"
+    _cli(killed, "verify")
+
+
+def test_an_interrupted_backfill_resumes_at_its_first_unfinished_window(spark, tmp_path, capsys):
+    """`sessionize backfill` runs its load days as cursor windows checkpointed in cursor_state;
+    when a window fails, running the same backfill again starts at that window, and once it is
+    done the checkpoint is cleared so the next backfill of the range redoes it all."""
+    from sessionize_assets.core.cursor import CursorState
+    from sessionize_assets.core.load_windows import backfill_cursor_name
+    from sessionize_assets.resources.processing_manifest import (
+        CursorCheckpointStore,
+        ProcessingManifest,
+        read_cursor_history,
+        read_cursor_state,
+    )
+    from sessionize_assets_tests.assets.test_time_based import ROWS, append_events, make_lake
+
+    home = tmp_path / "home"
+    lake = make_lake(home, backfill_limit_days=2)
+    append_events(spark, lake, ROWS)
+    now = ["--home", str(home), "--now", "2024-03-08T12:00:00"]
+    assert main([*now, "run"]) == 0
+    cursor_table = lake.table("cursor_state")
+    name = backfill_cursor_name(dt.date(2024, 3, 1), dt.date(2024, 3, 5))
+
+    # Another run holds load day 03-03: the second window (03-03, 03-04) fails.
+    manifest = ProcessingManifest(spark, lake.table("processing_manifest"))
+    manifest.lock("filtered_events/2024-03-03", "filtered_events", "someone-else")
+    capsys.readouterr()
+    backfill = [*now, "backfill", "--start", "2024-03-01", "--end", "2024-03-05"]
+    assert main(backfill) == 2
+    # (in-process, Dagster's log lines reach capsys too; the command's error is the last line)
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("error: ") and "Traceback" not in error, error
+    assert "filtered_events/2024-03-03" in error and "someone-else" in error, error
+    checkpoint = read_cursor_state(cursor_table, name)
+    assert checkpoint.global_cursor == dt.datetime(2024, 3, 3, tzinfo=dt.UTC), (
+        error,
+        read_cursor_history(cursor_table, name),
+    )
+    assert main([*now, "status"]) == 0
+    assert f"{name}: done before 2024-03-03T00:00:00+00:00" in capsys.readouterr().out
+
+    manifest.abandon("filtered_events/2024-03-03", "released by the test")
+    manifest.resolve("filtered_events/2024-03-03", "released by the test")
+    assert main(backfill) == 0
+    out = capsys.readouterr().out
+    assert "Resuming an interrupted backfill: load days before 2024-03-03" in out, out
+    assert "re-materialized for 2024-03-01..2024-03-02" not in out
+    assert "re-materialized for 2024-03-03..2024-03-04" in out
+    assert "re-materialized for 2024-03-05" in out
+    states = [
+        json.loads(row["state"]).get("state", {}).get("cursor")
+        for row in read_cursor_history(cursor_table, name)
+    ]
+    assert states == [
+        "2024-03-03T00:00:00+00:00",  # the first invocation's only finished window
+        "2024-03-05T00:00:00+00:00",
+        "2024-03-06T00:00:00+00:00",
+        None,  # done: cleared
+    ]
+    assert main([*now, "verify"]) == 0
+
+    # A checkpoint left behind is ignored with --restart: every window is redone.
+    store = CursorCheckpointStore(spark, cursor_table)
+    store.save(name, CursorState(global_cursor=dt.datetime(2024, 3, 5, tzinfo=dt.UTC)))
+    capsys.readouterr()
+    assert main([*backfill, "--restart"]) == 0
+    out = capsys.readouterr().out
+    assert "Resuming" not in out
+    assert "re-materialized for 2024-03-01..2024-03-02" in out
+    assert read_cursor_state(cursor_table, name) == CursorState()
