@@ -1,6 +1,6 @@
 """The benchmark: full rebuild vs incremental vs no-op runs, checked against a DuckDB reference.
 
-    python -m benchmarks.run [--days 6] [--events-per-day 5000] [--history 2,4]
+    python -m benchmarks.run [--days 20] [--events-per-day 5000] [--history 5,10]
                              [--out benchmarks/results] [--policy exact|default]
 
 For every history length D (the `--history` points and `--days`), on one seeded generated data set
@@ -436,14 +436,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.run", description=__doc__.splitlines()[0]
     )
-    # Defaults sized for a shared 2-core machine (docs/benchmarks.md): every measurement pays
-    # 40-80 s of Spark start, Dagster runs and Delta commits whatever the data, and `load` costs
-    # 10-20 s per load day, so the issue's size (--days 30 --events-per-day 200000 --history
+    # Defaults sized for a shared 2-core machine (25 minutes here; docs/benchmarks.md): every
+    # measurement pays 40-80 s of Spark start, Dagster runs and Delta commits whatever the data,
+    # and `load` costs 10-20 s per load day, so the issue's size (--days 30 --events-per-day 200000 --history
     # 5,10,20,40: 105 load days of full rebuilds alone) takes hours here.
-    parser.add_argument("--days", type=int, default=6, help="headline history length (load days)")
+    parser.add_argument("--days", type=int, default=20, help="headline history length (load days)")
     parser.add_argument("--events-per-day", type=int, default=5_000)
     parser.add_argument(
-        "--history", type=parse_history, default=[2, 4], help="history lengths to sweep"
+        "--history", type=parse_history, default=[5, 10], help="history lengths to sweep"
     )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--seed", type=int, default=1)
