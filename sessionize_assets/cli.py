@@ -146,23 +146,52 @@ def cmd_load(ctx: Context) -> int:
     )
 
     a = ctx.args
-    expand_paths(a.paths)  # a wrong path is a user error before Spark starts
+    # User errors before Spark starts: a wrong path, not a folder of load days, a bad duration.
+    if a.by_load_date:
+        from sessionize_assets.commands.loading import day_folders
+        from sessionize_assets.core.cursor import parse_duration
+
+        parse_duration(a.lookback)
+        for path in a.paths:
+            day_folders(Path(path))
+    expand_paths(a.paths)
     load_tstamp = parse_now(a.load_tstamp) if a.load_tstamp else None
     ctx.ensure_home()
-    started = dt.datetime.now(dt.UTC)
-    report = load_paths(
-        ctx.spark,
-        a.paths,
-        ctx.settings,
-        {n: ctx.table(n) for n in (EVENTS, INVALID_EVENTS, LOAD_LOG)},
+
+    def load(paths: Sequence[str | Path]) -> None:
+        started = dt.datetime.now(dt.UTC)
+        report = load_paths(
+            ctx.spark,
+            paths,
+            ctx.settings,
+            {n: ctx.table(n) for n in (EVENTS, INVALID_EVENTS, LOAD_LOG)},
+            ctx.now,
+            load_tstamp=load_tstamp,
+            load_tstamp_from=a.load_tstamp_from,
+            manifest_path=ctx.table(PROCESSING_MANIFEST),
+        )
+        for line in report.lines():
+            print(line, file=sys.stderr if line.startswith("WARNING") else sys.stdout)
+        record_load(ctx.instance, report, started)
+
+    if not a.by_load_date:
+        load(a.paths)
+        return 0
+    from sessionize_assets.commands.loading import load_by_load_date
+    from sessionize_assets.core.load_windows import LOAD_CURSOR_NAME
+    from sessionize_assets.resources.processing_manifest import CursorCheckpointStore
+    from sessionize_assets.resources.tables import CURSOR_STATE
+
+    store = CursorCheckpointStore(ctx.spark, ctx.table(CURSOR_STATE))
+    _, folders = load_by_load_date(
+        [Path(p) for p in a.paths],
+        store.load(LOAD_CURSOR_NAME),
+        load,
+        store.checkpointer(LOAD_CURSOR_NAME),
         ctx.now,
-        load_tstamp=load_tstamp,
-        load_tstamp_from=a.load_tstamp_from,
-        manifest_path=ctx.table(PROCESSING_MANIFEST),
+        lookback=a.lookback,
     )
-    for line in report.lines():
-        print(line, file=sys.stderr if line.startswith("WARNING") else sys.stdout)
-    record_load(ctx.instance, report, started)
+    _print(folders.lines())
     return 0
 
 
@@ -272,6 +301,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("load", help="land files or folders into the events table")
     p.add_argument("paths", nargs="+")
+    p.add_argument(
+        "--by-load-date",
+        action="store_true",
+        help="each PATH holds load_date=YYYY-MM-DD folders: load the days from the checkpointed "
+        "cursor of that source (minus --lookback) up to now, window by window",
+    )
+    p.add_argument(
+        "--lookback",
+        default="P1D",
+        help="with --by-load-date: ISO 8601 duration re-listed before the cursor (default P1D)",
+    )
     group = p.add_mutually_exclusive_group()
     group.add_argument("--load-tstamp", help="load time for rows without one (ISO 8601)")
     group.add_argument(

@@ -31,6 +31,8 @@ def _run(args, tmp_path):
         (["--now", "noon", "status"], "--now"),
         (["--config", "/nonexistent.yaml", "status"], "does not exist"),
         (["load", "/nonexistent/file.csv"], "does not exist"),
+        (["load", "--by-load-date", "/etc/hostname"], "is not a folder"),
+        (["load", "--by-load-date", "--lookback", "1 day", "/tmp"], "ISO 8601 duration"),
         (["export", "events", "--out", "x.txt"], ".csv or .parquet"),
     ],
 )

@@ -12,6 +12,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from sessionize_assets.core.cursor import CursorConfig, Window, plan_windows
 
@@ -286,3 +287,23 @@ def backfill_windows(
     """The windows a backfill still has to run (from its checkpointed cursor, up to now), each
     with its load days."""
     return [(w, load_days_between(w.start, w.end)) for w in plan_windows(config, cursor, now)]
+
+
+# ----------------------------------------------------------------- loading folders by time
+
+LOAD_CURSOR_NAME = "load"
+
+
+def folder_load_day(name: str) -> dt.date | None:
+    """The load day a landing folder is named for (`load_date=2024-03-01` or `2024-03-01`)."""
+    text = name.split("=", 1)[1] if name.startswith("load_date=") else name
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def folders_in_window(folders: Mapping[dt.date, Any], window: Window) -> list[Any]:
+    """The folders whose load day overlaps the half-open window, in day order."""
+    wanted = set(load_days_between(window.start, window.end))
+    return [folders[day] for day in sorted(folders) if day in wanted]
