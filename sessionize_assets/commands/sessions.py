@@ -10,6 +10,7 @@ tables with delta-rs (no Spark).
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +19,13 @@ from pyspark.sql import functions as F
 
 from sessionize_assets.assets import sessions as assets
 from sessionize_assets.core import sessionize as core
-from sessionize_assets.core.run_limits import RunLimits, as_utc, format_tstamp
+from sessionize_assets.core.run_limits import (
+    ConsumedState,
+    RunLimits,
+    as_utc,
+    format_tstamp,
+    nothing_new,
+)
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.manifest_lock import session_lock
 from sessionize_assets.resources.tables import (
@@ -29,6 +36,7 @@ from sessionize_assets.resources.tables import (
     SESSIONS_LIFECYCLE_MANIFEST,
     USERS,
     delta_version,
+    newest_value,
     read_small_table,
 )
 
@@ -77,6 +85,7 @@ class RunSessionsReport:
     caught_up: bool = False
     stopped: str | None = None
     error: str | None = None
+    nothing_new: str | None = None  # why no run was needed
 
     @property
     def ok(self) -> bool:
@@ -84,6 +93,8 @@ class RunSessionsReport:
 
     def lines(self) -> list[str]:
         out = [f"Session models: {len(self.runs)} run(s)"]
+        if self.nothing_new:
+            out.append(self.nothing_new)
         for i, run in enumerate(self.runs, 1):
             out.append(f"run {i} ({run.run_id[:8]}):")
             out += ["  " + line for line in run.lines()]
@@ -160,6 +171,10 @@ def run_sessions(
     models = assets.enabled_models(settings)
     definitions = assets.build_assets(settings, lock=session_lock)
     report = RunSessionsReport()
+    report.nothing_new = _nothing_new(lake, models)
+    if report.nothing_new:
+        report.caught_up = True
+        return report
     for _ in range(max_runs):
         before = assets.read_manifest(lake.table)
         limits = assets.current_limits(settings, lake.table, now)
@@ -193,6 +208,17 @@ def run_sessions(
             return report
     report.stopped = f"still behind after {max_runs} runs; run again to continue"
     return report
+
+
+def _nothing_new(lake: LakeResource, models: Sequence[str]) -> str | None:
+    """Why no session run is needed (None: run), from the Delta log and the manifest only."""
+    path = lake.table(FILTERED_EVENTS)
+    states = {
+        m: ConsumedState(s.last_success, s.consumed_version, s.processed_through)
+        for m, s in assets.read_manifest(lake.table).items()
+    }
+    newest = newest_value(path, lake.settings.session_timestamp, for_nulls="load_tstamp")
+    return nothing_new(models, states, delta_version(path), newest)
 
 
 def _failure(result: Any) -> str | None:

@@ -170,3 +170,43 @@ def next_last_success(
     if previous is None:
         return processed_max
     return max(as_utc(previous), processed_max)
+
+
+@dataclass(frozen=True)
+class ConsumedState:
+    """What an incremental_manifest row says a model has seen."""
+
+    last_success: dt.datetime | None
+    consumed_version: int | None
+    processed_through: dt.datetime | None
+
+
+def nothing_new(
+    models: Sequence[str],
+    states: Mapping[str, ConsumedState],
+    version: int | None,
+    newest_session_tstamp: dt.datetime | None,
+) -> str | None:
+    """Why a run of the session models would change nothing (None: it might, so run).
+
+    True only when every enabled model is in sync (same last_success), has consumed the current
+    `filtered_events` version, and its last run's window reached past the newest session timestamp
+    in the table (`newest_session_tstamp`, from the Delta log's file statistics; None when unknown
+    or the table is empty). Then every row was processed by a window and every later commit was
+    consumed: a run would re-read its look-back window and write the same rows.
+    """
+    if version is None or newest_session_tstamp is None or not models:
+        return None
+    seen = [states.get(m) for m in models]
+    if any(s is None or s.consumed_version != version or s.processed_through is None for s in seen):
+        return None
+    if len({s.last_success for s in seen}) != 1:
+        return None
+    through = min(s.processed_through for s in seen)
+    if as_utc(newest_session_tstamp) > as_utc(through):
+        return None
+    return (
+        f"Nothing new for the session models: each consumed filtered_events v{version} and "
+        f"processed through {format_tstamp(through)}, past the newest session timestamp "
+        f"({format_tstamp(newest_session_tstamp)}); no run."
+    )

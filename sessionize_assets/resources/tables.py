@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
@@ -66,6 +67,42 @@ def read_small_table(path: str, columns: Sequence[str] | None = None) -> list[di
     except TableNotFoundError:
         return []
     return table.to_pyarrow_table(columns=list(columns) if columns else None).to_pylist()
+
+
+def newest_value(path: str, column: str, for_nulls: str | None = None) -> Any:
+    """The largest value of `column` in a Delta table, from the Delta log's file statistics (no
+    data read), rounded up by 1 ms for timestamps (Delta keeps millisecond statistics). Files
+    with nulls in `column` count with their largest `for_nulls` value. None when the table is
+    absent or empty, or a statistic is missing (the caller must then assume anything)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        actions = pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pylist()
+    except TableNotFoundError:
+        return None
+    if not actions:
+        return None
+    newest = None
+    for file in actions:
+        nulls = file.get(f"null_count.{column}")
+        if nulls is None or file.get("num_records") is None:
+            return None
+        candidates = []
+        if nulls < file["num_records"]:
+            candidates.append(file.get(f"max.{column}"))
+        if nulls > 0:
+            if for_nulls is None:
+                return None
+            candidates.append(file.get(f"max.{for_nulls}"))
+        if any(c is None for c in candidates):
+            return None
+        for value in candidates:
+            newest = value if newest is None else max(newest, value)
+    if isinstance(newest, dt.datetime):
+        newest += dt.timedelta(milliseconds=1)
+    return newest
 
 
 class WarehouseResource(ConfigurableResource):

@@ -74,6 +74,12 @@ def test_run_until_caught_up_then_status_and_verify(spark, home):
         line.startswith("  sessions: last_success 2021-01-04 09:21:00") for line in after.lines()
     )
 
+    # Nothing new: no Dagster run, no event read (the Delta log and the manifest say so).
+    again = run_sessions(resource, SparkDeltaResource(), instance)
+    assert again.ok and again.caught_up and again.runs == []
+    assert again.nothing_new and "consumed filtered_events v4" in again.nothing_new
+    assert len(instance.get_runs()) == 3
+
     verified = verify_sessions(resource, spark)
     assert verified.ok, "\n".join(verified.lines())
     assert verified.compared == {"sessions": 8, "users": 2}

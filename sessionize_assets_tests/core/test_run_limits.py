@@ -7,9 +7,11 @@ import datetime as dt
 import pytest
 
 from sessionize_assets.core.run_limits import (
+    ConsumedState,
     PackageState,
     format_tstamp,
     next_last_success,
+    nothing_new,
     run_limits,
     skips_window,
 )
@@ -193,3 +195,43 @@ def test_catching_up_reaches_now_window_by_window():
 def test_needs_an_enabled_model():
     with pytest.raises(ValueError):
         run_limits({}, (), START, 30, 6, NOW)
+
+
+# --- nothing new for the session models ---------------------------------------------------------
+
+
+def _consumed(last: str, version: int | None, through: str | None) -> ConsumedState:
+    return ConsumedState(
+        dt.datetime.fromisoformat(last).replace(tzinfo=dt.UTC),
+        version,
+        dt.datetime.fromisoformat(through).replace(tzinfo=dt.UTC) if through else None,
+    )
+
+
+NEWEST = dt.datetime(2021, 3, 1, 9, tzinfo=dt.UTC)
+
+
+@pytest.mark.parametrize(
+    ("states", "version", "newest", "skip"),
+    [
+        # in sync, consumed v7, processed past the newest row: nothing to do
+        ({"sessions": ("2021-03-01T09:00", 7, "2021-03-02"), "users": ("2021-03-01T09:00", 7, "2021-03-02")}, 7, NEWEST, True),
+        # a commit not consumed yet (new rows, a deletion, a backfill)
+        ({"sessions": ("2021-03-01T09:00", 6, "2021-03-02"), "users": ("2021-03-01T09:00", 7, "2021-03-02")}, 7, NEWEST, False),
+        # a newly enabled model (state 2)
+        ({"sessions": ("2021-03-01T09:00", 7, "2021-03-02")}, 7, NEWEST, False),
+        # out of sync
+        ({"sessions": ("2021-03-01T09:00", 7, "2021-03-02"), "users": ("2021-02-28T09:00", 7, "2021-03-02")}, 7, NEWEST, False),
+        # rows beyond the last window (future-dated then, due now)
+        ({"sessions": ("2021-03-01T09:00", 7, "2021-03-01T08:00"), "users": ("2021-03-01T09:00", 7, "2021-03-01T08:00")}, 7, NEWEST, False),
+        # statistics unknown, or no table
+        ({"sessions": ("2021-03-01T09:00", 7, "2021-03-02"), "users": ("2021-03-01T09:00", 7, "2021-03-02")}, 7, None, False),
+        ({"sessions": ("2021-03-01T09:00", 7, "2021-03-02"), "users": ("2021-03-01T09:00", 7, "2021-03-02")}, None, NEWEST, False),
+    ],
+)  # fmt: skip
+def test_nothing_new_only_when_every_model_consumed_everything(states, version, newest, skip):
+    manifest = {m: _consumed(*values) for m, values in states.items()}
+    reason = nothing_new(["sessions", "users"], manifest, version, newest)
+    assert (reason is not None) == skip, reason
+    if skip:
+        assert "filtered_events v7" in reason and "no run" in reason
