@@ -42,3 +42,15 @@ def _isolated_environment():
     yield
     os.environ.clear()
     os.environ.update(saved)
+
+
+def shared_folder() -> Path:
+    """The project's shared folder (spec, seeds, oracles): `$SESSIONIZE_SHARED`, else `../shared`
+    beside the repository, else `/work/shared` (where a clone elsewhere finds it on this machine)."""
+    env = os.environ.get("SESSIONIZE_SHARED")
+    candidates = [Path(env)] if env else []
+    candidates += [Path(__file__).resolve().parents[2] / "shared", Path("/work/shared")]
+    return next((c for c in candidates if c.is_dir()), candidates[0])
+
+
+ORACLE_DIR = shared_folder() / "oracles" / "snowplow-web-v0.15.2"

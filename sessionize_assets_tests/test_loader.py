@@ -10,14 +10,9 @@ from sessionize_assets.home import Home
 from sessionize_assets.loader import load_paths
 from sessionize_assets.resources.tables import EVENTS, INVALID_EVENTS, LOAD_LOG
 from sessionize_assets.settings import Settings
+from sessionize_assets_tests.conftest import ORACLE_DIR
 
-ORACLE = (
-    Path(__file__).resolve().parents[2]
-    / "shared"
-    / "oracles"
-    / "snowplow-web-v0.15.2"
-    / "events.csv"
-)
+ORACLE = ORACLE_DIR / "events.csv"
 NOW = dt.datetime(2024, 3, 10, 12, tzinfo=dt.UTC)
 HEADER = "event_id,app_id,event_name,domain_userid,domain_sessionid,collector_tstamp,derived_tstamp,load_tstamp,custom_col"
 

@@ -36,8 +36,9 @@ from pyspark.sql import functions as F
 from sessionize_assets.home import Home
 from sessionize_assets.resources.tables import FILTERED_EVENTS, QUARANTINED_SESSIONS, SESSIONS
 from sessionize_assets_tests.assets.test_sessions_support import make_settings, rows_of, run, table
+from sessionize_assets_tests.conftest import ORACLE_DIR
 
-ORACLE = Path("/work/shared/oracles/snowplow-web-v0.15.2")
+ORACLE = ORACLE_DIR
 NOW = "2030-01-01T00:00:00"
 TIMESTAMPS = (
     "collector_tstamp",
