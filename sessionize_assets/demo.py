@@ -40,6 +40,37 @@ def _reset(ctx) -> None:  # noqa: ANN001
     marker.write_text("this home is owned by `sessionize demo`\n")
 
 
+def superseded_lines(path: str, now: dt.datetime, examples: int = 2) -> list[str]:
+    """What late events did to existing sessions in the run at `now` (superseded_sessions rows
+    stamped with that run's time): counts by reason, and a few merges old ids -> new id."""
+    from collections import Counter, defaultdict
+
+    from sessionize_assets.resources.tables import read_small_table
+
+    rows = [
+        r
+        for r in read_small_table(path)
+        if r["superseded_at"] is not None and r["superseded_at"] == now
+    ]
+    if not rows:
+        return ["Sessions changed by late events: none"]
+    reasons = Counter(r["reason"] for r in rows)
+    out = [
+        "Sessions changed by late events: "
+        + ", ".join(f"{n} superseded ({reason})" for reason, n in sorted(reasons.items()))
+    ]
+    merges: dict[str, list[str]] = defaultdict(list)
+    for r in rows:
+        if r["reason"] == "merged":
+            merges[r["session_identifier"]].append(r["superseded_session_identifier"])
+    for new, old in list(merges.items())[:examples]:
+        out.append(
+            f"  merged into session {new[:8]}: {', '.join(o[:8] for o in sorted(old))} "
+            "(late events closed the gap)"
+        )
+    return out
+
+
 def run_demo(ctx) -> None:  # noqa: ANN001 - cli.Context
     """The demo end to end on the embedded default (local Spark, local Delta warehouse)."""
     from sessionize_assets.assets.ingest import record_load
@@ -50,6 +81,7 @@ def run_demo(ctx) -> None:  # noqa: ANN001 - cli.Context
         EVENTS,
         INVALID_EVENTS,
         LOAD_LOG,
+        SUPERSEDED_SESSIONS,
     )
 
     args = ctx.args
@@ -87,6 +119,8 @@ def run_demo(ctx) -> None:  # noqa: ANN001 - cli.Context
             f"loaded {report.rows_read} rows: kept {report.rows_kept}, rejected {report.rows_invalid}"
         )
         for line in run_pipeline(ctx, now=now).lines():
+            print(f"  {line}")
+        for line in superseded_lines(ctx.table(SUPERSEDED_SESSIONS), now):
             print(f"  {line}")
     print("\n=== verify ===")
     differences, lines = verify_pipeline(ctx)
