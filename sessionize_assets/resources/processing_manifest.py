@@ -34,7 +34,7 @@ import random
 import time
 import uuid
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -322,6 +322,114 @@ class ProcessingManifest:
             "other writers kept changing its manifest partition."
         )
 
+    def _append_many(
+        self, builds: Mapping[str, Callable[[ItemState], Record]]
+    ) -> dict[str, Record]:
+        """`_append` for several items in one MERGE (one Delta commit instead of one per item).
+
+        Every record is built from one read of the items' records; a refusal (`build` raising)
+        writes nothing. The MERGE inserts a record only where its item has no record the writer
+        did not see; items whose swap missed are built again from a fresh read and retried. When
+        a retry is refused after some records were written, `PartialAppendError` carries them.
+        """
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        self.ensure_table()
+        written: dict[str, Record] = {}
+        pending = dict(builds)
+        for attempt in range(self.max_attempts):
+            if not pending:
+                return written
+            seen_by_item = _records_by_item(self.path, pending)
+            now = self.clock()
+            records: dict[str, Record] = {}
+            try:
+                for item, build in pending.items():
+                    seen = seen_by_item.get(item, [])
+                    record = build(derive_item_state(seen, now, item_id=item))
+                    latest = max((r.time for r in seen), default=None)
+                    if latest is not None and record.time <= latest:
+                        record = Record(**{**record.__dict__, "time": latest + _ONE_MICROSECOND})
+                    records[item] = record
+            except Exception as exc:
+                if written:
+                    raise PartialAppendError(written, exc) from exc
+                raise
+            source_schema = T.StructType(
+                [f for f in _spark_schema().fields if f.name != "time"]
+                + [
+                    T.StructField("micros", T.LongType(), False),
+                    T.StructField("seen", T.ArrayType(T.StringType(), False), False),
+                ]
+            )
+            source = self.spark.createDataFrame(
+                [
+                    (
+                        r.record_id,
+                        r.item_id,
+                        r.application,
+                        r.state.value,
+                        r.run_id,
+                        r.previous_record_id,
+                        r.payload_json,
+                        item_bucket(item),
+                        _micros(r.time),
+                        [x.record_id for x in seen_by_item.get(item, [])],
+                    )
+                    for item, r in records.items()
+                ],
+                source_schema,
+            )
+            buckets = sorted({item_bucket(item) for item in records})
+            condition = (
+                F.col("t.item_bucket").isin(buckets)
+                & (F.col("t.item_bucket") == F.col("s.item_bucket"))
+                & (F.col("t.item_id") == F.col("s.item_id"))
+                & ~F.array_contains(F.col("s.seen"), F.col("t.record_id"))
+            )
+            values = {c: F.col(f"s.{c}") for c in COLUMNS if c != "time"}
+            values["time"] = F.timestamp_micros(F.col("s.micros"))
+            try:
+                result = (
+                    DeltaTable.forPath(self.spark, self.path)
+                    .alias("t")
+                    .merge(source.alias("s"), condition)
+                    .whenNotMatchedInsert(values=values)
+                    .execute()
+                )
+            except Exception as exc:
+                if not _is_conflict(exc):
+                    if written:
+                        raise PartialAppendError(written, exc) from exc
+                    raise
+                self.conflicts += 1
+                log.debug(
+                    "manifest conflict on %d items (attempt %d): %s", len(records), attempt + 1, exc
+                )
+                time.sleep(min(1.0, 0.02 * 2 ** min(attempt, 5)) * (0.5 + random.random()))
+                continue
+            inserted = result.first()["num_inserted_rows"]
+            if inserted == len(records):
+                written.update(records)
+                return written
+            # Some items gained a record between our read and the MERGE's snapshot: keep the
+            # records that landed, build the others again.
+            self.missed_swaps += len(records) - inserted
+            landed = _records_by_item(self.path, records)
+            for item, record in records.items():
+                if any(r.record_id == record.record_id for r in landed.get(item, [])):
+                    written[item] = record
+                    pending.pop(item)
+        error = ManifestConflictError(
+            f"Could not write records for items {', '.join(sorted(pending))} after "
+            f"{self.max_attempts} attempts: other writers kept changing their manifest partitions."
+        )
+        if written:
+            raise PartialAppendError(written, error) from error
+        raise error
+
     def _new_record(
         self,
         item: str,
@@ -513,6 +621,141 @@ class ProcessingManifest:
                 )
             raise
         self.complete(lock_record, payload=_jsonable(result))
+
+    def lock_many(self, items: Sequence[str], application: str, run_id: str) -> dict[str, Record]:
+        """Take the locks of all `items` in one commit, or none: raises ItemLockedError (naming
+        the first item refused and its holder's run) without writing when any is not lockable."""
+
+        def build_for(item: str) -> Callable[[ItemState], Record]:
+            def build(current: ItemState) -> Record:
+                if current.status not in LOCKABLE:
+                    raise ItemLockedError(_refusal(current, f"run {run_id} cannot lock it"))
+                return self._new_record(item, RecordState.PROCESSING, application, run_id)
+
+            return build
+
+        try:
+            return self._append_many({item: build_for(item) for item in items})
+        except PartialAppendError as partial:
+            # A concurrent writer took one of the items between our read and a retry. Nothing was
+            # processed: release what we hold (Failed with the reason, then Resolved by this run)
+            # so the items are free again, and refuse like a lock that was never taken.
+            reason = f"released unprocessed: {type(partial.error).__name__}: {partial.error}"
+            failed = self.close_many(
+                partial.written,
+                RecordState.FAILED,
+                {i: {"reason": reason} for i in partial.written},
+            )
+            self._append_many(
+                {
+                    item: (
+                        lambda _current, f=record: self._new_record(
+                            f.item_id,
+                            RecordState.RESOLVED,
+                            application,
+                            run_id,
+                            previous=f,
+                            payload={"reason": reason},
+                        )
+                    )
+                    for item, record in failed.items()
+                }
+            )
+            raise partial.error from None
+
+    def close_many(
+        self,
+        locks: Mapping[str, Record],
+        state: RecordState,
+        payloads: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> dict[str, Record]:
+        """Processed or Failed records referring to each lock, in one commit (LockLostError when
+        a lock is no longer held, e.g. an operator abandoned it)."""
+
+        def build_for(lock_record: Record) -> Callable[[ItemState], Record]:
+            def build(current: ItemState) -> Record:
+                if current.lock is None or current.lock.record_id != lock_record.record_id:
+                    raise LockLostError(
+                        f"Run {lock_record.run_id} no longer holds the lock on item "
+                        f"{lock_record.item_id} ({current.describe()}), so it cannot be marked "
+                        f"{state.value}."
+                    )
+                return self._new_record(
+                    lock_record.item_id,
+                    state,
+                    lock_record.application,
+                    lock_record.run_id,
+                    previous=lock_record,
+                    payload=(payloads or {}).get(lock_record.item_id),
+                )
+
+            return build
+
+        try:
+            return self._append_many({item: build_for(r) for item, r in locks.items()})
+        except PartialAppendError as partial:
+            raise partial.error from None
+
+    @contextmanager
+    def processing_many(
+        self, items: Sequence[str], application: str, run_id: str
+    ) -> Iterator[list[dict[str, Any]]]:
+        """`processing` for several items: all locks in one commit, a payload dict per item
+        (in the order given), then all Processed (or all Failed with the error) in one commit."""
+        locks = self.lock_many(items, application, run_id)
+        results: list[dict[str, Any]] = [{} for _ in items]
+        try:
+            yield results
+        except BaseException as exc:
+            reason = f"{type(exc).__name__}: {exc}".strip()[:2000]
+            payloads = {
+                item: {**_jsonable(result), "reason": reason}
+                for item, result in zip(items, results, strict=True)
+            }
+            try:
+                self.close_many(locks, RecordState.FAILED, payloads)
+            except Exception as failure:
+                exc.add_note(
+                    f"Recording the failure of {', '.join(items)} in the processing manifest "
+                    f"failed: {failure}"
+                )
+            raise
+        self.close_many(
+            locks,
+            RecordState.PROCESSED,
+            {item: _jsonable(result) for item, result in zip(items, results, strict=True)},
+        )
+
+
+class PartialAppendError(Exception):
+    """A batched append wrote the records in `written`, then failed with `error`."""
+
+    def __init__(self, written: dict[str, Record], error: BaseException) -> None:
+        super().__init__(str(error))
+        self.written = written
+        self.error = error
+
+
+def _records_by_item(path: str, items: Iterable[str]) -> dict[str, list[Record]]:
+    """The records of `items` (delta-rs, reading only their buckets), grouped by item."""
+    wanted = sorted(set(items))
+    table = _open(path)
+    if table is None or not wanted:
+        return {}
+    buckets = sorted({str(item_bucket(i)) for i in wanted})
+    columns = [c for c in COLUMNS if c != "item_bucket"]
+    rows = table.to_pyarrow_table(
+        partitions=[("item_bucket", "in", buckets)],
+        columns=columns,
+        filters=[("item_id", "in", wanted)],
+    ).to_pylist()
+    grouped: dict[str, list[Record]] = {}
+    keep = set(wanted)
+    for row in rows:
+        record = Record.from_row(row)
+        if record.item_id in keep:
+            grouped.setdefault(record.item_id, []).append(record)
+    return {item: sorted(rs, key=record_order) for item, rs in grouped.items()}
 
 
 def _jsonable(payload: Mapping[str, Any]) -> dict[str, Any]:

@@ -318,3 +318,109 @@ def test_a_stale_cursor_writer_cannot_move_the_cursor(spark, home):
     with pytest.raises(CursorConflictError, match="run-1"):
         second.save("c", CursorState(global_cursor=dt.datetime(2022, 1, 2, tzinfo=dt.UTC)), "run-2")
     assert read_cursor_state(path, "c") == later
+
+
+# ------------------------------------------------------------------ several items in one commit
+
+DAYS = [asset_item("daily_aggregates", f"2024-03-0{d}") for d in range(1, 6)]
+
+
+def _version(path: str) -> int:
+    from deltalake import DeltaTable
+
+    return DeltaTable(path).version()
+
+
+def test_processing_many_locks_and_completes_in_two_commits(manifest):
+    manifest.ensure_table()
+    before = _version(manifest.path)
+    with manifest.processing_many(DAYS, "daily_aggregates", "run-1") as payloads:
+        assert _version(manifest.path) == before + 1
+        states = item_states(manifest.path, prefix="daily_aggregates/")
+        assert all(states[d].status is ItemStatus.LOCKED for d in DAYS)
+        assert {states[d].holder_run_id for d in DAYS} == {"run-1"}
+        for n, payload in enumerate(payloads):
+            payload["rows"] = n
+    assert _version(manifest.path) == before + 2
+    for n, day in enumerate(DAYS):
+        assert item_state(manifest.path, day).status is ItemStatus.PROCESSED
+        assert last_processed_payload(manifest.path, day) == {"rows": n}
+
+
+def test_processing_many_takes_all_locks_or_none(manifest):
+    manifest.lock(DAYS[3], "a", "run-1")
+    before = _version(manifest.path)
+    with pytest.raises(ItemLockedError, match=r"daily_aggregates/2024-03-04.*run-1|run-1.*03-04"):
+        with manifest.processing_many(DAYS, "daily_aggregates", "run-2"):
+            pytest.fail("must not run without every lock")
+    assert _version(manifest.path) == before  # nothing written for the free items
+    states = item_states(manifest.path, prefix="daily_aggregates/")
+    assert set(states) == {DAYS[3]} and states[DAYS[3]].holder_run_id == "run-1"
+
+
+def test_processing_many_fails_every_item_with_the_error(manifest):
+    with pytest.raises(RuntimeError, match="disk full"):
+        with manifest.processing_many(DAYS[:2], "daily_aggregates", "run-1") as payloads:
+            payloads[0]["rows"] = 7
+            raise RuntimeError("disk full")
+    first, second = (item_state(manifest.path, d) for d in DAYS[:2])
+    assert first.status is ItemStatus.FAIL_LOCKED and second.status is ItemStatus.FAIL_LOCKED
+    assert first.reason == second.reason == "RuntimeError: disk full"
+    assert first.failure.payload["rows"] == 7
+
+
+def test_a_partial_batch_after_a_stale_read_releases_what_it_took(manifest, monkeypatch):
+    """The first read misses run-1's lock on one item: the MERGE inserts only the free item's
+    record (a missed swap), the retry is refused, and the free item is released, not kept."""
+    from sessionize_assets.resources import processing_manifest as pm
+
+    manifest.lock(DAYS[1], "a", "run-1")
+    real = pm._records_by_item
+    reads = {"n": 0}
+
+    def stale_first(path, items):
+        reads["n"] += 1
+        return {} if reads["n"] == 1 else real(path, items)
+
+    monkeypatch.setattr(pm, "_records_by_item", stale_first)
+    with pytest.raises(ItemLockedError, match="run-1"):
+        manifest.lock_many(DAYS[:2], "b", "run-2")
+    assert manifest.missed_swaps == 1
+    held = item_state(manifest.path, DAYS[1])
+    assert held.status is ItemStatus.LOCKED and held.holder_run_id == "run-1"
+    assert len(held.records) == 1
+    released = item_state(manifest.path, DAYS[0])
+    assert [r.state for r in released.records] == [
+        RecordState.PROCESSING,
+        RecordState.FAILED,
+        RecordState.RESOLVED,
+    ]
+    assert released.status is ItemStatus.FREE
+    manifest.lock(DAYS[0], "c", "run-3")  # free again
+
+
+def test_concurrent_batches_one_run_holds_every_item(manifest, spark, clock):
+    manifest.ensure_table()
+    items = [f"batch/{i}" for i in range(6)]
+    outcomes: dict[str, str] = {}
+    barrier = threading.Barrier(2)
+
+    def contender(run_id: str) -> None:
+        writer = ProcessingManifest(spark, manifest.path, clock=clock)
+        barrier.wait()
+        try:
+            writer.lock_many(items, "a", run_id)
+            outcomes[run_id] = "won"
+        except ItemLockedError:
+            outcomes[run_id] = "lost"
+
+    threads = [threading.Thread(target=contender, args=(f"run-{n}",)) for n in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    winners = [run for run, outcome in outcomes.items() if outcome == "won"]
+    assert len(winners) == 1 and len(outcomes) == 2, outcomes
+    states = item_states(manifest.path, prefix="batch/")
+    assert {states[i].holder_run_id for i in items} == set(winners)
+    assert all(states[i].status is ItemStatus.LOCKED for i in items)
