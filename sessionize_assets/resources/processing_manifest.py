@@ -1,11 +1,14 @@
 """The processing manifest: an append-only Delta table of records, with locks that are real.
 
-Writers (Spark) add records through one path, `_append`: read the item's records, derive its
-state (`core.manifest_state`), build the next record (or refuse), then commit it with an
-**insert-only MERGE** whose condition reads the item's records:
+Writers (Spark) add records through one path, `_append_many` (`_append` for one item): read the
+items' records, derive each item's state (`core.manifest_state`), build its next record (or
+refuse), then commit them all with one **insert-only MERGE** whose condition reads the items'
+records:
 
-    MERGE INTO manifest t USING (the new record + the ids of the records it was built on) s
-    ON t.item_bucket = <bucket> AND t.item_id = <item> AND NOT array_contains(s.seen, t.record_id)
+    MERGE INTO manifest t USING (the new records + the ids of the records each was built on) s
+    ON t.item_bucket IN (<buckets>) AND t.item_id IN (<items>)
+       AND t.item_bucket = s.item_bucket AND t.item_id = s.item_id
+       AND NOT array_contains(s.seen, t.record_id)
     WHEN NOT MATCHED THEN INSERT ...
 
 The insert happens only if the item has no record the writer did not see (a compare-and-swap on
@@ -244,93 +247,34 @@ class ProcessingManifest:
 
     # ------------------------------------------------------------------ the one write path
 
+    def _read_items(self, items: Iterable[str]) -> dict[str, list[Record]]:
+        """The records of `items` (delta-rs), by item: one item through `records`, several
+        through one read of their buckets."""
+        wanted = sorted(set(items))
+        if len(wanted) == 1:
+            return {wanted[0]: self.records(wanted[0])}
+        self.ensure_table()
+        return _records_by_item(self.path, wanted)
+
     def _append(self, item: str, build: Callable[[ItemState], Record | None]) -> Record | None:
         """Derive the item's state, build the next record from it and commit it conditionally.
 
         `build` raises when the record is illegal in that state, or returns None when there is
         nothing to write. Retries on Delta conflicts and on missed swaps, re-deriving each time.
         """
-        from delta.tables import DeltaTable
-        from pyspark.sql import functions as F
-        from pyspark.sql import types as T
-
-        self.ensure_table()
-        bucket = item_bucket(item)
-        for attempt in range(self.max_attempts):
-            seen = self.records(item)
-            current = derive_item_state(seen, self.clock(), item_id=item)
-            record = build(current)
-            if record is None:
-                return None
-            # Keep times strictly increasing per item, so the fold's order is the commit order.
-            latest = max((r.time for r in seen), default=None)
-            if latest is not None and record.time <= latest:
-                record = Record(**{**record.__dict__, "time": latest + _ONE_MICROSECOND})
-            source_schema = T.StructType(
-                [f for f in _spark_schema().fields if f.name != "time"]
-                + [
-                    T.StructField("micros", T.LongType(), False),
-                    T.StructField("seen", T.ArrayType(T.StringType(), False), False),
-                ]
-            )
-            source = self.spark.createDataFrame(
-                [
-                    (
-                        record.record_id,
-                        record.item_id,
-                        record.application,
-                        record.state.value,
-                        record.run_id,
-                        record.previous_record_id,
-                        record.payload_json,
-                        bucket,
-                        _micros(record.time),
-                        [r.record_id for r in seen],
-                    )
-                ],
-                source_schema,
-            )
-            condition = (
-                (F.col("t.item_bucket") == F.lit(bucket))
-                & (F.col("t.item_id") == F.lit(item))
-                & ~F.array_contains(F.col("s.seen"), F.col("t.record_id"))
-            )
-            values = {c: F.col(f"s.{c}") for c in COLUMNS if c != "time"}
-            values["time"] = F.timestamp_micros(F.col("s.micros"))
-            try:
-                result = (
-                    DeltaTable.forPath(self.spark, self.path)
-                    .alias("t")
-                    .merge(source.alias("s"), condition)
-                    .whenNotMatchedInsert(values=values)
-                    .execute()
-                )
-            except Exception as exc:
-                if not _is_conflict(exc):
-                    raise
-                self.conflicts += 1
-                log.debug("manifest conflict on %s (attempt %d): %s", item, attempt + 1, exc)
-                time.sleep(min(1.0, 0.02 * 2 ** min(attempt, 5)) * (0.5 + random.random()))
-                continue
-            inserted = result.first()["num_inserted_rows"]
-            if inserted == 1:
-                return record
-            # The item gained a record between our read and the MERGE's snapshot: look again.
-            self.missed_swaps += 1
-        raise ManifestConflictError(
-            f"Could not write a record for item {item} after {self.max_attempts} attempts: "
-            "other writers kept changing its manifest partition."
-        )
+        return self._append_many({item: build}).get(item)
 
     def _append_many(
-        self, builds: Mapping[str, Callable[[ItemState], Record]]
+        self, builds: Mapping[str, Callable[[ItemState], Record | None]]
     ) -> dict[str, Record]:
-        """`_append` for several items in one MERGE (one Delta commit instead of one per item).
+        """The one write path: records for one or more items in one MERGE (one Delta commit).
 
-        Every record is built from one read of the items' records; a refusal (`build` raising)
-        writes nothing. The MERGE inserts a record only where its item has no record the writer
-        did not see; items whose swap missed are built again from a fresh read and retried. When
-        a retry is refused after some records were written, `PartialAppendError` carries them.
+        Every record is built from one read of the items' records (`build` returns None when
+        there is nothing to write for its item); a refusal (`build` raising) writes nothing. The
+        MERGE inserts a record only where its item has no record the writer did not see; items
+        whose swap missed are built again from a fresh read and retried, and Delta conflicts are
+        retried with back-off. When a retry is refused after some records were written,
+        `PartialAppendError` carries them. Returns the records written, by item.
         """
         from delta.tables import DeltaTable
         from pyspark.sql import functions as F
@@ -342,13 +286,17 @@ class ProcessingManifest:
         for attempt in range(self.max_attempts):
             if not pending:
                 return written
-            seen_by_item = _records_by_item(self.path, pending)
+            seen_by_item = self._read_items(pending)
             now = self.clock()
             records: dict[str, Record] = {}
             try:
-                for item, build in pending.items():
+                for item, build in list(pending.items()):
                     seen = seen_by_item.get(item, [])
                     record = build(derive_item_state(seen, now, item_id=item))
+                    if record is None:  # nothing to write for this item
+                        pending.pop(item)
+                        continue
+                    # Keep times strictly increasing per item: the fold's order is commit order.
                     latest = max((r.time for r in seen), default=None)
                     if latest is not None and record.time <= latest:
                         record = Record(**{**record.__dict__, "time": latest + _ONE_MICROSECOND})
@@ -357,6 +305,8 @@ class ProcessingManifest:
                 if written:
                     raise PartialAppendError(written, exc) from exc
                 raise
+            if not records:
+                return written
             source_schema = T.StructType(
                 [f for f in _spark_schema().fields if f.name != "time"]
                 + [
@@ -385,6 +335,7 @@ class ProcessingManifest:
             buckets = sorted({item_bucket(item) for item in records})
             condition = (
                 F.col("t.item_bucket").isin(buckets)
+                & F.col("t.item_id").isin(sorted(records))
                 & (F.col("t.item_bucket") == F.col("s.item_bucket"))
                 & (F.col("t.item_id") == F.col("s.item_id"))
                 & ~F.array_contains(F.col("s.seen"), F.col("t.record_id"))
@@ -417,13 +368,15 @@ class ProcessingManifest:
             # Some items gained a record between our read and the MERGE's snapshot: keep the
             # records that landed, build the others again.
             self.missed_swaps += len(records) - inserted
-            landed = _records_by_item(self.path, records)
+            if inserted == 0:
+                continue
+            landed = self._read_items(records)
             for item, record in records.items():
                 if any(r.record_id == record.record_id for r in landed.get(item, [])):
                     written[item] = record
                     pending.pop(item)
         error = ManifestConflictError(
-            f"Could not write records for items {', '.join(sorted(pending))} after "
+            f"Could not write a record for item(s) {', '.join(sorted(pending))} after "
             f"{self.max_attempts} attempts: other writers kept changing their manifest partitions."
         )
         if written:
