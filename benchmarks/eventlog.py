@@ -250,10 +250,10 @@ def parse_event_log(
             summary.peak_task_execution_memory = max(
                 summary.peak_task_execution_memory, _number(metrics.get("Peak Execution Memory"))
             )
+            # Every update is kept, not only those of scans already seen: the tasks that fill a
+            # cached table (`persist`) run before the adaptive re-plan that shows their scan.
             for acc in (event.get("Task Info") or {}).get("Accumulables", ()):
-                accumulator = _number(acc.get("ID"))
-                if accumulator in accumulators:
-                    values[accumulator] += _number(acc.get("Update"))
+                values[_number(acc.get("ID"))] += _number(acc.get("Update"))
 
     # Count each scan node once per execution, whatever metrics it has.
     for execution, source, _ in scan_nodes:

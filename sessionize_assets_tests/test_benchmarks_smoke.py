@@ -103,6 +103,23 @@ def test_event_log_rows_read_per_table_and_window() -> None:
             ),
         },
         _task_end({11: 7}, 7),
+        # Filling a cached table: its tasks end before the adaptive re-plan shows their scan.
+        {
+            "Event": eventlog.SQL_START,
+            "executionId": 3,
+            "time": 1_020_000,
+            "sparkPlanInfo": _plan(
+                f"PreparedDeltaFileIndex(1 paths)[file:{wh}/events]", 21, 22, 23
+            ),
+        },
+        _task_end({31: 9, 99: 1}, 9),
+        {
+            "Event": eventlog.SQL_AQE,
+            "executionId": 3,
+            "sparkPlanInfo": _plan(
+                f"PreparedDeltaFileIndex(1 paths)[file:{wh}/events]", 31, 32, 33
+            ),
+        },
     ]
     windows = [
         eventlog.Window("run", 1_000, 1_035),
@@ -116,13 +133,16 @@ def test_event_log_rows_read_per_table_and_window() -> None:
     assert summary.scans["table:filtered_events"].scans == 1
     assert summary.scans["delta_log:sessions"].rows == 5
     assert summary.scans["landing"].rows == 7
-    assert summary.rows_read() == 107  # the Delta log is not counted as rows read
+    assert summary.scans["table:events"].rows == 9
+    assert summary.rows_read() == 116  # the Delta log is not counted as rows read
     assert summary.scans_by_window["run:filtered_events"]["table:filtered_events"].rows == 100
     assert summary.scans_by_window["run"]["delta_log:sessions"].rows == 5
     assert summary.scans_by_window["load"]["landing"].rows == 7
-    assert summary.tasks == 4
-    assert summary.task_totals["input_records"] == 112
-    assert summary.task_totals["shuffle_write_records"] == 12
+    assert "table:events" not in summary.scans_by_window["run:filtered_events"]
+    assert summary.scans_by_window["run"]["table:events"].rows == 9
+    assert summary.tasks == 5
+    assert summary.task_totals["input_records"] == 121
+    assert summary.task_totals["shuffle_write_records"] == 15
 
 
 @pytest.mark.parametrize(
