@@ -430,3 +430,18 @@ def test_benchmark_end_to_end(tmp_path: Path) -> None:
             assert table["equal"], (name, table)
     assert set(result["targets"]) >= {"incremental_wall_vs_full", "noop_wall_s"}
     assert code == 0
+
+
+def test_warmup_summary_takes_later_rounds_as_the_warm_reference() -> None:
+    from benchmarks.warmup import summarize
+
+    rounds = [
+        {"append": 14.0, "merge": 12.0},
+        {"append": 2.0, "merge": 4.0},
+        {"append": 3.0, "merge": 3.0},
+        {"append": 1.0, "merge": 5.0},
+    ]
+    ops = summarize(rounds)
+    assert ops["append"] == {"first_s": 14.0, "later_median_s": 2.0, "warm_up_s": 12.0}
+    assert ops["merge"] == {"first_s": 12.0, "later_median_s": 4.0, "warm_up_s": 8.0}
+    assert summarize([{"read": 1.0}])["read"]["warm_up_s"] is None
