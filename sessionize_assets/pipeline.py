@@ -7,6 +7,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.shared_reads import sharing
 
 
 def _lake(ctx, now: dt.datetime | None = None) -> LakeResource:  # noqa: ANN001 - cli.Context
@@ -42,10 +43,11 @@ def run_pipeline(ctx, now: dt.datetime | None = None) -> PipelineReport:  # noqa
 
     lake = _lake(ctx, now)
     report = PipelineReport()
-    time_based = run_time_based(lake, ctx.spark, ctx.instance)
-    report.sections.append(("time-based branch", time_based.lines()))
-    sessions = run_sessions(lake, _spark_resource(ctx), ctx.instance)
-    report.sections.append(("session-based branch", sessions.lines()))
+    with sharing():  # the session branch reuses the event days daily_aggregates read
+        time_based = run_time_based(lake, ctx.spark, ctx.instance)
+        report.sections.append(("time-based branch", time_based.lines()))
+        sessions = run_sessions(lake, _spark_resource(ctx), ctx.instance)
+        report.sections.append(("session-based branch", sessions.lines()))
     return report
 
 
@@ -71,21 +73,22 @@ def backfill_pipeline(  # noqa: ANN001
     name = backfill_cursor_name(start, end)
     saved = store.load(name).global_cursor
     report = PipelineReport()
-    time_based = backfill_time_based(
-        start,
-        end,
-        lake,
-        ctx.spark,
-        ctx.instance,
-        cursor=None if restart else saved,
-        checkpoint=lambda cursor, run_id: store.save(
-            name, CursorState(global_cursor=cursor), run_id
-        ),
-    )
-    report.sections.append(("time-based branch", time_based.lines()))
-    # The re-materialized load days reach sessions and users through filtered_events' change feed.
-    sessions = run_sessions(lake, _spark_resource(ctx), ctx.instance)
-    report.sections.append(("session-based branch", sessions.lines()))
+    with sharing():  # the session branch reuses the event days daily_aggregates read
+        time_based = backfill_time_based(
+            start,
+            end,
+            lake,
+            ctx.spark,
+            ctx.instance,
+            cursor=None if restart else saved,
+            checkpoint=lambda cursor, run_id: store.save(
+                name, CursorState(global_cursor=cursor), run_id
+            ),
+        )
+        report.sections.append(("time-based branch", time_based.lines()))
+        # The re-materialized load days reach sessions and users through filtered_events' feed.
+        sessions = run_sessions(lake, _spark_resource(ctx), ctx.instance)
+        report.sections.append(("session-based branch", sessions.lines()))
     if sessions.ok and (saved is not None or time_based.load_day_runs):
         store.save(name, CursorState())  # done: the next backfill of this range starts over
     return report

@@ -53,6 +53,7 @@ from sessionize_assets.core.run_limits import (
     skips_window,
     start_of_day,
 )
+from sessionize_assets.resources import shared_reads
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import SparkDeltaResource
 from sessionize_assets.resources.tables import (
@@ -1086,7 +1087,9 @@ def run_session_models(
             o.no_data = True
         return run
 
-    snapshot = _read(spark, fe_path, version)
+    # The event days the time-based branch just read at this version come from memory when both
+    # run in one command (resources/shared_reads.py); the rest from storage.
+    snapshot = shared_reads.table_at(fe_path, version, lambda: _read(spark, fe_path, version))
     changes_by_version: dict[int | None, Changes] = {}
     sessions_users: DataFrame | None = None
     failed: str | None = None

@@ -71,6 +71,7 @@ from sessionize_assets.core.load_windows import (
 from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE
 from sessionize_assets.load_days import EMPTY_FINGERPRINT, changed_load_days, events_fingerprints
 from sessionize_assets.partitions import daily_partitions, late_day_lineage
+from sessionize_assets.resources import shared_reads
 from sessionize_assets.resources import tables as names
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.manifest_lock import partition_locks
@@ -861,14 +862,20 @@ def daily_aggregates_step(
                 ]
             ),
         )
-        rows = source.filter(F.col(EVENT_DATE).isin(with_rows)) if with_rows else source.limit(0)
-        # Kept while the aggregate runs: it reads the rows twice (the counts per event name, the
-        # rest), and Spark would otherwise scan filtered_events twice.
-        rows = (
-            rows.join(F.broadcast(horizon_df), on=EVENT_DATE)
-            .filter(F.col(LOAD_DATE) <= F.col("_horizon_load_date"))
-            .persist(StorageLevel.MEMORY_AND_DISK)
+        # Inside `sessionize run` the event days read here are kept for the session branch
+        # (resources/shared_reads.py); they are then persisted already and released by the run.
+        rows, shared = (
+            shared_reads.event_days(source, tables.filtered_events, version, with_rows)
+            if with_rows
+            else (source.limit(0), False)
         )
+        rows = rows.join(F.broadcast(horizon_df), on=EVENT_DATE).filter(
+            F.col(LOAD_DATE) <= F.col("_horizon_load_date")
+        )
+        if not shared:
+            # Kept while the aggregate runs: it reads the rows twice (the counts per event name,
+            # the rest), and Spark would otherwise scan filtered_events twice.
+            rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
         if with_rows and version is not None:
             files_read, _ = files_in(tables.filtered_events, EVENT_DATE, with_rows, version)
         daily = (
@@ -893,7 +900,8 @@ def daily_aggregates_step(
                 [EVENT_DATE],
             )
         finally:
-            rows.unpersist()
+            if not shared:
+                rows.unpersist()
         records = [
             {
                 EVENT_DATE: d,
