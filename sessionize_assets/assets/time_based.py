@@ -549,7 +549,12 @@ def filtered_events_step(
     if not _exists(tables.events):
         raise RuntimeError(f"the events table at {tables.events} does not exist")
     events = spark.read.format("delta").load(tables.events)
-    window = events.filter((F.col(LOAD_DATE) >= F.lit(first)) & (F.col(LOAD_DATE) <= F.lit(last)))
+    # The load days and their look-back days, scanned once: marking reads the load days twice
+    # (ranking copies, matching earlier ids) and the look-back days once more. Released as soon as
+    # `marked` below is computed.
+    window = events.filter(
+        (F.col(LOAD_DATE) >= F.lit(first)) & (F.col(LOAD_DATE) <= F.lit(last))
+    ).persist(StorageLevel.MEMORY_AND_DISK)
     rows = window.filter(F.col(LOAD_DATE).isin(days))
     # Marked once and kept (in memory, spilling to disk for big load days): the counts, the reach
     # check and the write then read `events` once, not once each (docs/benchmarks.md).
@@ -563,6 +568,7 @@ def filtered_events_step(
     ).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         outcome_rows = filtering.outcome_counts(marked).collect()
+        window.unpersist()  # `marked` is filled: nothing reads the window again
         # Load days whose input changed reach later, already materialized load days.
         changed = [
             d
@@ -600,6 +606,7 @@ def filtered_events_step(
         )
     finally:
         marked.unpersist()
+        window.unpersist()
 
     per_day: dict[dt.date, dict[str, int]] = defaultdict(dict)
     max_loaded: dict[dt.date, dt.datetime] = {}
