@@ -38,6 +38,11 @@ def _rows(df) -> list[tuple]:  # noqa: ANN001
     return sorted(tuple(r) for r in df.collect())
 
 
+def _uses_cache(df) -> bool:  # noqa: ANN001
+    """Spark's own plan, with cached data substituted, scans a persisted DataFrame."""
+    return "InMemoryRelation" in df._jdf.queryExecution().withCachedData().toString()
+
+
 def test_table_at_serves_kept_days_from_memory_and_the_rest_from_storage(spark, tmp_path):
     path = str(tmp_path / "t")
     _write(spark, path, [(1, D1), (2, D2), (3, D3), (4, None)])  # version 0
@@ -55,10 +60,12 @@ def test_table_at_serves_kept_days_from_memory_and_the_rest_from_storage(spark, 
         assert _rows(days) == [(1, D1), (2, D2)]  # version 0's rows: (5, D2) came later
         combined = shared_reads.table_at(path, 0, lambda: read(0))
         assert combined.columns == read(0).columns
+        assert _uses_cache(combined) and not _uses_cache(read(0))
         assert _rows(combined) == _rows(read(0))
         assert shared.served_reads == 1 and shared.served_days == 2
         # Another version is read from storage.
-        assert _rows(shared_reads.table_at(path, 1, lambda: read(1))) == _rows(read(1))
+        at_1 = shared_reads.table_at(path, 1, lambda: read(1))
+        assert _rows(at_1) == _rows(read(1)) and not _uses_cache(at_1)
         assert shared.served_reads == 1
         # Keeping days of a newer version drops the older one.
         newer, _ = shared_reads.event_days(read(1), path, 1, [D2])
