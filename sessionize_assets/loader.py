@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import functools
 import hashlib
 import io
 import uuid
@@ -15,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -276,21 +278,47 @@ def loaded_hashes(log_path: str) -> dict[str, str]:
     }
 
 
-def load_file(
+BATCH_MAX_FILES = 64
+"""Most files landed by one Spark pass (one lock commit, one append per table, one close)."""
+
+BATCH_MAX_BYTES = 1 << 30
+"""Most input bytes landed by one Spark pass: a batch's rows stay persisted until it is written."""
+
+
+@dataclass
+class PreparedFile:
+    """One file's rows as lazy plans, before anything is written."""
+
+    path: Path
+    sha256: str
+    load_id: str
+    format: str
+    size: int
+    typed: DataFrame  # every row, classified: reason (null = usable), lineage, raw text
+    valid: DataFrame  # the usable rows in the `events` layout
+    invalid: DataFrame  # the unusable rows in the `invalid_events` layout
+
+
+def file_load_id(sha256: str) -> str:
+    """A landed file's `_load_id`: derived from its content, so a retry of a crashed load finds
+    the rows the crashed attempt committed (the same content is never loaded twice)."""
+    return sha256[:32]
+
+
+def prepare_file(
     spark: SparkSession,
     path: Path,
     sha256: str,
     settings: Settings,
-    tables: dict[str, str],
     now: dt.datetime,
     load_tstamp: dt.datetime | None = None,
     load_tstamp_from: str | None = None,
-) -> FileLoad:
-    """Land one file: valid rows to `events`, unusable rows to `invalid_events`, a `load_log` row."""
-    result = FileLoad(path=str(path), sha256=sha256, load_id=uuid.uuid4().hex)
+) -> PreparedFile:
+    """Plan one file's load: read, map columns, validate and classify every row (lazy, apart
+    from the header or JSON schema the reader needs). Raises UserError for unusable input."""
+    load_id = file_load_id(sha256)
     raw, data_columns = read_raw(spark, path)
     raw = validate.apply_column_mapping(raw, settings.column_mapping)
-    data_columns = [settings.column_mapping.get(c, c) for c in data_columns]
     if load_tstamp_from is not None and load_tstamp_from not in raw.columns:
         raise UserError(
             f"--load-tstamp-from names column `{load_tstamp_from}`, which {path} does not have."
@@ -305,96 +333,195 @@ def load_file(
         if load_tstamp
         else partition_folder_day(path) or now.astimezone(dt.UTC).date()
     )
-    typed = validate.classify(typed, settings.max_clock_skew_minutes).withColumn(
-        "_fallback_load_date", F.lit(fallback_day)
+    source = str(path.resolve())
+    typed = (
+        validate.classify(typed, settings.max_clock_skew_minutes)
+        .withColumn("_fallback_load_date", F.lit(fallback_day))
+        .withColumn(SOURCE_FILE, F.lit(source))
+        .withColumn(LOAD_ID, F.lit(load_id))
     )
-    typed = typed.withColumn(SOURCE_FILE, F.lit(str(path.resolve()))).withColumn(
-        LOAD_ID, F.lit(result.load_id)
+    all_columns = [
+        c
+        for c in typed.columns
+        if not c.startswith("_raw_")
+        and c not in (validate.REASON, "_fallback_load_date", "_unreadable")
+    ]
+    keep = [c for c in all_columns if c not in (SOURCE_FILE, LOAD_ID)]
+    valid = validate.finish_valid(
+        typed.drop("_raw_text", "_fallback_load_date", "_unreadable"), keep
     )
-    typed = typed.persist()
+    valid = valid.select(*_ordered_columns(valid.columns))
+    invalid = validate.invalid_rows(typed, F.col("_raw_text")).select(
+        LOAD_DATE,
+        "reason",
+        "raw",
+        F.lit(source).alias(SOURCE_FILE),
+        F.lit(load_id).alias(LOAD_ID),
+        F.lit(now.astimezone(dt.UTC).replace(tzinfo=None)).cast("timestamp").alias("recorded_at"),
+    )
+    return PreparedFile(
+        path=path,
+        sha256=sha256,
+        load_id=load_id,
+        format=FORMATS[path.suffix.lower()],
+        size=path.stat().st_size,
+        typed=typed,
+        valid=valid,
+        invalid=invalid,
+    )
+
+
+def _merge_schema(existing: T.StructType | None, incoming: T.StructType) -> T.StructType:
+    """`existing` plus the new columns of `incoming` (after `_check_schema` allowed them)."""
+    if existing is None:
+        return incoming
+    names = set(existing.fieldNames())
+    return T.StructType(existing.fields + [f for f in incoming.fields if f.name not in names])
+
+
+def plan_batches(
+    sizes: Sequence[int], max_files: int = BATCH_MAX_FILES, max_bytes: int = BATCH_MAX_BYTES
+) -> list[list[int]]:
+    """Consecutive groups of file indexes, each at most `max_files` files and, unless one file
+    alone is larger, `max_bytes` bytes (input order kept)."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    current_bytes = 0
+    for i, size in enumerate(sizes):
+        if current and (len(current) >= max_files or current_bytes + size > max_bytes):
+            batches.append(current)
+            current, current_bytes = [], 0
+        current.append(i)
+        current_bytes += size
+    if current:
+        batches.append(current)
+    return batches
+
+
+def _union(frames: Sequence[DataFrame]) -> DataFrame:
+    return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
+
+
+def _batch_txn(files: Sequence[PreparedFile]) -> dict[str, str]:
+    """Delta's idempotent-write id of one batch: a retry of the same batch is not written twice."""
+    digest = hashlib.sha256("\n".join(sorted(f.sha256 for f in files)).encode()).hexdigest()
+    return {"txnAppId": f"sessionize-load-{digest}", "txnVersion": "1"}
+
+
+def landed_load_ids(spark: SparkSession, table_path: str, load_ids: Iterable[str]) -> set[str]:
+    """Which of `load_ids` already have rows in the table (a crashed attempt's commit)."""
+    wanted = sorted(set(load_ids))
+    if not wanted or not table_exists(spark, table_path):
+        return set()
+    rows = (
+        spark.read.format("delta")
+        .load(table_path)
+        .where(F.col(LOAD_ID).isin(wanted))
+        .select(LOAD_ID)
+        .distinct()
+        .collect()
+    )
+    return {r[0] for r in rows}
+
+
+def land_batch(
+    spark: SparkSession,
+    files: Sequence[PreparedFile],
+    tables: dict[str, str],
+    now: dt.datetime,
+    retried: Iterable[str] = (),
+) -> list[FileLoad]:
+    """Land prepared files in one Spark pass: each file read once (persisted while its rows are
+    counted and written), one append to `events`, one to `invalid_events`, one to `load_log`.
+
+    `retried`: load ids of files an earlier, crashed attempt may have landed; rows of those
+    already in a table are not written again (the counts still come from the file).
+    """
+    results = [FileLoad(path=str(f.path), sha256=f.sha256, load_id=f.load_id) for f in files]
+    by_id = {r.load_id: r for r in results}
+    for f in files:
+        f.typed.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         counts = (
-            typed.groupBy(
-                F.col(validate.REASON).alias("reason"), F.to_date("load_tstamp").alias("day")
+            _union(
+                [
+                    f.typed.select(
+                        LOAD_ID,
+                        F.col(validate.REASON).alias("reason"),
+                        F.to_date("load_tstamp").alias("day"),
+                    )
+                    for f in files
+                ]
             )
+            .groupBy(LOAD_ID, "reason", "day")
             .count()
             .collect()
         )
         for row in counts:
-            result.rows_read += row["count"]
+            result = by_id[row[LOAD_ID]]
+            n = row["count"]
+            result.rows_read += n
             if row["reason"] is None:
-                result.rows_kept += row["count"]
-                result.rows_by_load_day[row["day"]] = (
-                    result.rows_by_load_day.get(row["day"], 0) + row["count"]
-                )
+                result.rows_kept += n
+                result.rows_by_load_day[row["day"]] = result.rows_by_load_day.get(row["day"], 0) + n
             else:
-                result.rows_invalid += row["count"]
+                result.rows_invalid += n
                 result.invalid_by_reason[row["reason"]] = (
-                    result.invalid_by_reason.get(row["reason"], 0) + row["count"]
+                    result.invalid_by_reason.get(row["reason"], 0) + n
                 )
-
-        all_columns = [
-            c
-            for c in typed.columns
-            if not c.startswith("_raw_")
-            and c not in (validate.REASON, "_fallback_load_date", "_unreadable")
+        retried = set(retried)
+        skip_events = landed_load_ids(spark, tables[EVENTS], retried)
+        skip_invalid = landed_load_ids(spark, tables[INVALID_EVENTS], retried)
+        txn = _batch_txn(files)
+        valid = [
+            f.valid
+            for f, r in zip(files, results, strict=True)
+            if r.rows_kept and f.load_id not in skip_events
         ]
-        keep = [c for c in all_columns if c not in (SOURCE_FILE, LOAD_ID)]
-        valid = validate.finish_valid(
-            typed.drop("_raw_text", "_fallback_load_date", "_unreadable"), keep
-        )
-        valid = valid.select(*_ordered_columns(valid.columns))
-        events_path = tables[EVENTS]
-        existing = (
-            spark.read.format("delta").load(events_path).schema
-            if table_exists(spark, events_path)
-            else None
-        )
-        _check_schema(existing, valid.schema)
-        txn = {"txnAppId": f"sessionize-load-{sha256}", "txnVersion": "1"}
-        if result.rows_kept:
+        if valid:
+            events_path = tables[EVENTS]
+            union = _union(valid)
             writer = (
-                valid.write.format("delta")
+                union.select(*_ordered_columns(union.columns))
+                .write.format("delta")
                 .mode("append")
                 .partitionBy(LOAD_DATE)
                 .option("mergeSchema", "true")
             )
-            if existing is None:
+            if not table_exists(spark, events_path):
                 writer = writer.option("delta.enableChangeDataFeed", "true")
             writer.options(**txn).save(events_path)
-        if result.rows_invalid:
-            invalid = validate.invalid_rows(typed, F.col("_raw_text")).select(
-                LOAD_DATE,
-                "reason",
-                "raw",
-                F.lit(str(path.resolve())).alias(SOURCE_FILE),
-                F.lit(result.load_id).alias(LOAD_ID),
-                F.lit(now.astimezone(dt.UTC).replace(tzinfo=None))
-                .cast("timestamp")
-                .alias("recorded_at"),
-            )
-            invalid.write.format("delta").mode("append").partitionBy(LOAD_DATE).options(**txn).save(
-                tables[INVALID_EVENTS]
-            )
+        invalid = [
+            f.invalid
+            for f, r in zip(files, results, strict=True)
+            if r.rows_invalid and f.load_id not in skip_invalid
+        ]
+        if invalid:
+            _union(invalid).write.format("delta").mode("append").partitionBy(LOAD_DATE).options(
+                **txn
+            ).save(tables[INVALID_EVENTS])
     finally:
-        typed.unpersist()
-    log_row = [
+        for f in files:
+            f.typed.unpersist()
+    loaded_at = now.astimezone(dt.UTC).replace(tzinfo=None)
+    log_rows = [
         (
-            result.load_id,
-            str(path.resolve()),
-            sha256,
-            FORMATS[path.suffix.lower()],
-            result.rows_read,
-            result.rows_kept,
-            result.rows_invalid,
-            sorted(result.rows_by_load_day),
-            now.astimezone(dt.UTC).replace(tzinfo=None),
+            r.load_id,
+            str(f.path.resolve()),
+            f.sha256,
+            f.format,
+            r.rows_read,
+            r.rows_kept,
+            r.rows_invalid,
+            sorted(r.rows_by_load_day),
+            loaded_at,
         )
+        for f, r in zip(files, results, strict=True)
     ]
-    spark.createDataFrame(log_row, LOAD_LOG_SCHEMA).write.format("delta").mode("append").save(
+    spark.createDataFrame(log_rows, LOAD_LOG_SCHEMA).write.format("delta").mode("append").save(
         tables[LOAD_LOG]
     )
-    return result
+    return results
 
 
 def load_paths(
@@ -406,21 +533,27 @@ def load_paths(
     load_tstamp: dt.datetime | None = None,
     load_tstamp_from: str | None = None,
     manifest_path: str | None = None,
+    max_files: int = BATCH_MAX_FILES,
+    max_bytes: int = BATCH_MAX_BYTES,
 ) -> LoadReport:
     """Land files or folders into `events`; a file loaded before (same SHA-256) is skipped.
 
-    With `manifest_path`, every file goes through the processing manifest (item `file/<sha256>`).
+    Every file is planned and checked first (unreadable headers, a missing --load-tstamp-from
+    column, a column changing type: one UserError before anything is written), then the files
+    land in batches (`plan_batches`), each in one Spark pass. With `manifest_path`, every file
+    is an item of the processing manifest (`file/<sha256>`): a batch's files are locked in one
+    commit, all or none, and marked Processed (or Failed with the error) in one more.
     """
     load_run_id = f"load-{uuid.uuid4().hex[:12]}"
     if load_tstamp is not None and load_tstamp_from is not None:
         raise UserError("Give either --load-tstamp or --load-tstamp-from, not both.")
     files = expand_paths(paths)
     seen = loaded_hashes(tables[LOAD_LOG])
-    report = LoadReport()
+    entries: list[FileLoad | PreparedFile] = []
     for path in files:
         sha = file_sha256(path)
         if sha in seen:
-            report.files.append(
+            entries.append(
                 FileLoad(
                     path=str(path),
                     sha256=sha,
@@ -428,29 +561,59 @@ def load_paths(
                 )
             )
             continue
+        seen[sha] = str(path)  # a second copy in this call is skipped too
+        entries.append(prepare_file(spark, path, sha, settings, now, load_tstamp, load_tstamp_from))
+    prepared = [e for e in entries if isinstance(e, PreparedFile)]
+    if prepared:
+        events_path = tables[EVENTS]
+        schema = (
+            spark.read.format("delta").load(events_path).schema
+            if table_exists(spark, events_path)
+            else None
+        )
+        for f in prepared:
+            _check_schema(schema, f.valid.schema)
+            schema = _merge_schema(schema, f.valid.schema)
+    landed: dict[str, FileLoad] = {}
+    for batch_indexes in plan_batches([f.size for f in prepared], max_files, max_bytes):
+        batch = [prepared[i] for i in batch_indexes]
         if manifest_path is None:
-            result = load_file(
-                spark, path, sha, settings, tables, now, load_tstamp, load_tstamp_from
-            )
+            results = land_batch(spark, batch, tables, now)
         else:
-            # The file is an item of the processing manifest: locked while it loads, Processed
-            # with its counts, or Failed (fail-locked until an operator resolves it).
-            from sessionize_assets.resources.processing_manifest import ProcessingManifest
-
-            manifest = ProcessingManifest(spark, manifest_path)
-            with manifest.processing(f"file/{sha}", "sessionize load", load_run_id) as payload:
-                result = load_file(
-                    spark, path, sha, settings, tables, now, load_tstamp, load_tstamp_from
-                )
-                payload.update(
-                    {
-                        "path": str(path),
-                        "load_id": result.load_id,
-                        "rows_read": result.rows_read,
-                        "rows_kept": result.rows_kept,
-                        "rows_invalid": result.rows_invalid,
-                    }
-                )
-        report.files.append(result)
-        seen[sha] = str(path)
+            results = _land_under_manifest(spark, batch, tables, now, manifest_path, load_run_id)
+        landed.update({r.sha256: r for r in results})
+    report = LoadReport()
+    report.files = [e if isinstance(e, FileLoad) else landed[e.sha256] for e in entries]
     return report
+
+
+def _land_under_manifest(
+    spark: SparkSession,
+    batch: Sequence[PreparedFile],
+    tables: dict[str, str],
+    now: dt.datetime,
+    manifest_path: str,
+    run_id: str,
+) -> list[FileLoad]:
+    """`land_batch` with the batch's files locked in the processing manifest: Processed with
+    their counts, or Failed (fail-locked until an operator resolves them) with the error."""
+    from sessionize_assets.resources.processing_manifest import ProcessingManifest
+
+    manifest = ProcessingManifest(spark, manifest_path)
+    items = [f"file/{f.sha256}" for f in batch]
+    # Files with records before this run were tried before: a crashed attempt may have committed.
+    history = manifest.records_of(items)
+    retried = [f.load_id for f, item in zip(batch, items, strict=True) if history.get(item)]
+    with manifest.processing_many(items, "sessionize load", run_id) as payloads:
+        results = land_batch(spark, batch, tables, now, retried)
+        for payload, result in zip(payloads, results, strict=True):
+            payload.update(
+                {
+                    "path": result.path,
+                    "load_id": result.load_id,
+                    "rows_read": result.rows_read,
+                    "rows_kept": result.rows_kept,
+                    "rows_invalid": result.rows_invalid,
+                }
+            )
+    return results

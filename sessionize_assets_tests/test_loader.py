@@ -225,3 +225,125 @@ def test_each_file_load_goes_through_the_processing_manifest(spark, home, tmp_pa
     state = item_state(manifest, f"file/{file_sha256(f)}")
     assert state.status is ItemStatus.PROCESSED
     assert state.last_processed.payload["rows_kept"] == 1
+
+
+def _day_file(folder: Path, name: str, day: str, ids: list[str], extra: str = "x") -> Path:
+    lines = [HEADER] + [
+        f"{i},web,page_view,u1,s1,{day} 10:0{n}:00,,{day} 10:0{n}:05,{extra}"
+        for n, i in enumerate(ids)
+    ]
+    lines.append(f"bad-{name},web,page_view,u1,s1,not-a-time,,{day} 10:09:05,x")
+    path = folder / name
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_plan_batches_keeps_order_and_caps_files_and_bytes():
+    from sessionize_assets.loader import plan_batches
+
+    assert plan_batches([]) == []
+    assert plan_batches([10, 10, 10, 10, 10], max_files=2, max_bytes=1000) == [[0, 1], [2, 3], [4]]
+    assert plan_batches([400, 400, 400, 50], max_files=10, max_bytes=1000) == [[0, 1], [2, 3]]
+    # A file bigger than the byte cap is a batch of its own; it never empties a batch.
+    assert plan_batches([5, 5000, 5], max_files=10, max_bytes=1000) == [[0], [1], [2]]
+
+
+def test_files_land_in_batches_with_one_commit_per_table(spark, home, tmp_path):
+    """Many files: one append per table per batch, one lock and one close commit per batch, and
+    the same rows, counts and manifest states as landing them one by one."""
+    from deltalake import DeltaTable
+
+    from sessionize_assets.core.manifest_state import ItemStatus
+    from sessionize_assets.resources.processing_manifest import item_state
+    from sessionize_assets.resources.tables import PROCESSING_MANIFEST
+
+    files = [
+        _day_file(tmp_path, f"d{n}.csv", f"2024-03-0{n}", [f"e{n}a", f"e{n}b"]) for n in (1, 2, 3)
+    ]
+    manifest = Home(home).table(PROCESSING_MANIFEST)
+    report = _load(spark, home, files, manifest_path=manifest, max_files=2)
+    assert [(f.rows_read, f.rows_kept, f.rows_invalid) for f in report.files] == [(3, 2, 1)] * 3
+    assert [Path(f.path).name for f in report.files] == ["d1.csv", "d2.csv", "d3.csv"]
+    assert report.files[1].rows_by_load_day == {dt.date(2024, 3, 2): 2}
+    assert sorted(r["event_id"] for r in _events(spark, home).collect()) == [
+        "e1a", "e1b", "e2a", "e2b", "e3a", "e3b"
+    ]  # fmt: skip
+    invalid = {r["raw"].split(",")[0]: r["load_date"] for r in _invalid(spark, home).collect()}
+    assert invalid == {f"bad-d{n}.csv": dt.date(2024, 3, n) for n in (1, 2, 3)}
+    # Two batches (2 files + 1): two appends to each table (versions 0 and 1).
+    for table in (EVENTS, INVALID_EVENTS, LOAD_LOG):
+        assert DeltaTable(Home(home).table(table)).version() == 1
+    history = DeltaTable(manifest).history()
+    writes = [h for h in history if h["operation"] != "CREATE TABLE"]
+    assert len(writes) == 4  # lock + close per batch
+    for f in files:
+        state = item_state(manifest, f"file/{file_sha256_of(f)}")
+        assert state.status is ItemStatus.PROCESSED
+        assert state.last_processed.payload["rows_kept"] == 2
+    # The load id is the file's own (from its content), the same in every table.
+    log = {
+        r["source_file"]: r["load_id"]
+        for r in spark.read.format("delta").load(Home(home).table(LOAD_LOG)).collect()
+    }
+    events_ids = {r["_source_file"]: r["_load_id"] for r in _events(spark, home).collect()}
+    assert log == events_ids
+
+
+def file_sha256_of(path: Path) -> str:
+    from sessionize_assets.loader import file_sha256
+
+    return file_sha256(path)
+
+
+def test_a_bad_file_stops_the_load_before_anything_is_written(spark, home, tmp_path):
+    from sessionize_assets.resources.tables import PROCESSING_MANIFEST, table_exists
+
+    good = _day_file(tmp_path, "good.csv", "2024-03-01", ["g1"])
+    other = tmp_path / "other.csv"
+    other.write_text(
+        HEADER + "\ng2,web,page_view,u1,s1,2024-03-01 10:00:00,,2024-03-01 10:00:05,x\n"
+    )
+    manifest = Home(home).table(PROCESSING_MANIFEST)
+    with pytest.raises(UserError, match="`nope`"):
+        _load(spark, home, [good, other], load_tstamp_from="nope", manifest_path=manifest)
+    for table in (EVENTS, INVALID_EVENTS, LOAD_LOG):
+        assert not table_exists(spark, Home(home).table(table))
+    assert not table_exists(spark, manifest)
+
+
+def test_a_load_that_failed_after_its_commit_lands_once_when_retried(spark, home, tmp_path):
+    """The events append committed, then the load failed (its load_log write, here): the files
+    are fail-locked; once resolved, loading them again adds no second copy of their rows."""
+    from sessionize_assets.core.manifest_state import ItemStatus
+    from sessionize_assets.resources.processing_manifest import ProcessingManifest, item_state
+    from sessionize_assets.resources.tables import PROCESSING_MANIFEST
+
+    files = [
+        _day_file(tmp_path, f"r{n}.csv", f"2024-03-0{n}", [f"r{n}a", f"r{n}b"]) for n in (1, 2)
+    ]
+    manifest_path = Home(home).table(PROCESSING_MANIFEST)
+    tables = _tables(home)
+    blocked = tmp_path / "not-a-table"
+    blocked.write_text("a file where the load log's folder should be")
+    with pytest.raises(Exception):  # noqa: B017 - whatever Delta raises for a file in the way
+        load_paths(
+            spark,
+            files,
+            Settings(),
+            {**tables, LOAD_LOG: str(blocked / "load_log")},
+            NOW,
+            manifest_path=manifest_path,
+        )
+    assert _events(spark, home).count() == 4  # the append had committed
+    manifest = ProcessingManifest(spark, manifest_path)
+    for f in files:
+        item = f"file/{file_sha256_of(f)}"
+        assert item_state(manifest_path, item).status is ItemStatus.FAIL_LOCKED
+        manifest.resolve(item, "load log folder fixed")
+    # Retried in another grouping (one file per batch): the committed rows are found by load id.
+    report = _load(spark, home, files, manifest_path=manifest_path, max_files=1)
+    assert [(f.rows_read, f.rows_kept, f.rows_invalid) for f in report.files] == [(3, 2, 1)] * 2
+    assert _events(spark, home).count() == 4
+    assert _invalid(spark, home).count() == 2
+    for f in files:
+        assert item_state(manifest_path, f"file/{file_sha256_of(f)}").status is ItemStatus.PROCESSED

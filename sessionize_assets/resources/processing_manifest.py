@@ -256,6 +256,10 @@ class ProcessingManifest:
         self.ensure_table()
         return _records_by_item(self.path, wanted)
 
+    def records_of(self, items: Iterable[str]) -> dict[str, list[Record]]:
+        """The records of `items` (delta-rs), by item; items without records are left out."""
+        return {item: records for item, records in self._read_items(items).items() if records}
+
     def _append(self, item: str, build: Callable[[ItemState], Record | None]) -> Record | None:
         """Derive the item's state, build the next record from it and commit it conditionally.
 
