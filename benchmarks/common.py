@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: histories[].trash_and_rebuild (seed 002's baseline)
 
 # Spark settings every measurement adds: an uncompressed, unrolled JSON event log per measurement.
 EVENT_LOG_CONF = {

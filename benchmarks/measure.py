@@ -205,7 +205,12 @@ def _ensure_verbose_default(cli: Any) -> None:
 def run_steps(
     home: str, config: str, steps: Sequence[dict[str, Any]], quiet: bool = True
 ) -> list[dict[str, Any]]:
-    """Run each step's `sessionize` command in this process; time it; keep its output's tail."""
+    """Run each step's `sessionize` command in this process; time it; keep its output's tail.
+
+    A step with `module` runs that module's `main(argv)` instead of the CLI (the same
+    `--home`, `--config` and `--now`; e.g. `benchmarks.rebuild`)."""
+    import importlib
+
     from sessionize_assets import cli
 
     _ensure_verbose_default(cli)
@@ -215,21 +220,22 @@ def run_steps(
         if step.get("now"):
             argv += ["--now", step["now"]]
         argv += list(step["argv"])
+        entry = importlib.import_module(step["module"]).main if step.get("module") else cli.main
         buffer = io.StringIO()
         started = time.time()
         error = None
         try:
             if quiet:
                 with contextlib.redirect_stdout(buffer):
-                    code = cli.main(argv)
+                    code = entry(argv)
             else:
-                code = cli.main(argv)
+                code = entry(argv)
         except Exception as exc:  # noqa: BLE001 - reported, the measurement goes on
             code, error = -1, f"{type(exc).__name__}: {exc}"
         ended = time.time()
         out.append(
             {
-                "label": step.get("label", step["argv"][0]),
+                "label": step.get("label", step.get("module") or step["argv"][0]),
                 "argv": argv,
                 "exit_code": code,
                 "error": error,

@@ -21,14 +21,17 @@ def plot_result(result: Mapping[str, Any], path: Path) -> Path:
     def series(kind: str, key: str) -> list[float | None]:
         out = []
         for h in histories:
-            m = h[kind]
-            value = m.get(key) if key != "event_rows" else m["rows_read"]["event_rows"]
-            out.append(value if m.get("ok") else None)
+            m = h.get(kind) or {}
+            if not m.get("ok"):
+                out.append(None)
+                continue
+            out.append(m.get(key) if key != "event_rows" else m["rows_read"]["event_rows"])
         return out
 
     fig, (wall, cpu, rows) = plt.subplots(1, 3, figsize=(16, 4.4))
     for kind, label, style in (
-        ("full_rebuild", "full rebuild (load D days + run)", "o-"),
+        ("trash_and_rebuild", "trash and rebuild (load 1 day + recompute all)", "D-"),
+        ("full_rebuild", "catch-up from scratch (load D days + run)", "o-"),
         ("incremental", "incremental (load 1 day + run)", "s-"),
         ("noop", "no-op run", "^--"),
     ):
@@ -43,12 +46,15 @@ def plot_result(result: Mapping[str, Any], path: Path) -> Path:
 
     def jvm_cpu(kind: str) -> list[float | None]:
         return [
-            (h[kind].get("cpu_s") or {}).get("jvm") if h[kind].get("ok") else None
+            ((h.get(kind) or {}).get("cpu_s") or {}).get("jvm")
+            if (h.get(kind) or {}).get("ok")
+            else None
             for h in histories
         ]
 
     for kind, label, style in (
-        ("full_rebuild", "full rebuild", "o-"),
+        ("trash_and_rebuild", "trash and rebuild", "D-"),
+        ("full_rebuild", "catch-up from scratch", "o-"),
         ("incremental", "incremental", "s-"),
         ("noop", "no-op run", "^--"),
     ):
@@ -60,8 +66,12 @@ def plot_result(result: Mapping[str, Any], path: Path) -> Path:
     cpu.legend(fontsize=8)
 
     rows.plot(
-        days, series("full_rebuild", "event_rows"), "o-", label="full rebuild: event rows read"
+        days,
+        series("trash_and_rebuild", "event_rows"),
+        "D-",
+        label="trash and rebuild: event rows read",
     )
+    rows.plot(days, series("full_rebuild", "event_rows"), "o-", label="catch-up: event rows read")
     rows.plot(days, series("incremental", "event_rows"), "s-", label="incremental: event rows read")
     minimal = [(h.get("minimal") or {}).get("minimal_rows") for h in histories]
     rows.plot(days, minimal, "k*:", label="incremental: minimal rows")

@@ -41,13 +41,19 @@ def bench_tables(result: Mapping[str, Any]) -> list[str]:
     ]
     for h in result["histories"]:
         for kind, label in (
-            ("full_rebuild", "full"),
+            ("full_rebuild", "catch-up (full)"),
             ("incremental", "incremental"),
             ("noop", "no-op"),
+            ("trash_and_rebuild", "trash and rebuild"),
         ):
-            m = h[kind]
+            m = h.get(kind)
+            if m is None:  # results written before the trash-and-rebuild baseline existed
+                continue
             check = h["checks"].get(
-                "after_full_rebuild" if kind == "full_rebuild" else "after_incremental"
+                {
+                    "full_rebuild": "after_full_rebuild",
+                    "trash_and_rebuild": "trash_and_rebuild",
+                }.get(kind, "after_incremental")
             )
             equal = "–" if not check or kind == "noop" else ("yes" if check["equal"] else "**no**")
             minimal = h["minimal"]["minimal_rows"] if kind == "incremental" else None
