@@ -1,18 +1,22 @@
-"""The benchmark: full rebuild vs incremental vs no-op runs, checked against a DuckDB reference.
+"""The benchmark: incremental and no-op runs against seed 002's trash-and-rebuild baseline (and a
+catch-up from scratch), checked against a DuckDB reference.
 
-    python -m benchmarks.run [--days 20] [--events-per-day 5000] [--history 5,10]
+    python -m benchmarks.run [--days 20] [--events-per-day 20000] [--history 5,10]
                              [--out benchmarks/results] [--policy exact|default]
 
 For every history length D (the `--history` points and `--days`), on one seeded generated data set
 (`sessionize_assets.generator.generate`: ~5% of rows late by up to 60 days, bots, duplicates,
 malformed rows) of max(D) + 1 load days:
 
-1. full rebuild: a fresh home; `sessionize load` of load days 1..D, then one `sessionize run`
-   (backfill_limit_days covers everything, so it is one catch-up);
+1. catch-up from scratch (JSON `full_rebuild`): a fresh home; `sessionize load` of load days 1..D,
+   then one `sessionize run` (backfill_limit_days covers everything, so it is one catch-up);
 2. incremental: in that home, load day D + 1 is loaded and `sessionize run` processes it;
 3. no-op: `sessionize run` again with nothing new;
-4. the DuckDB reference over the same landing files (after 1 and after 2), compared with the Delta
-   tables Spark wrote; the minimal rows the incremental run needed.
+4. trash and rebuild: in a copy of the home as it was after 1, load day D + 1 is loaded and
+   `benchmarks.rebuild` recomputes every derived table from `events` from scratch (the baseline
+   the targets call the full rebuild);
+5. the DuckDB reference over the same landing files (after 1, and after 2 and 4), compared with
+   the Delta tables Spark wrote; the minimal rows the incremental run needed.
 
 Each measurement runs in its own process (`benchmarks.measure`): wall time, rows and bytes read
 (Spark event log), rows and files written (Delta commit metrics), peak driver memory and CPU.
