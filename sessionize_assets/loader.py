@@ -12,7 +12,7 @@ import functools
 import hashlib
 import io
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -408,15 +408,19 @@ def _batch_txn(files: Sequence[PreparedFile]) -> dict[str, str]:
     return {"txnAppId": f"sessionize-load-{digest}", "txnVersion": "1"}
 
 
-def landed_load_ids(spark: SparkSession, table_path: str, load_ids: Iterable[str]) -> set[str]:
-    """Which of `load_ids` already have rows in the table (a crashed attempt's commit)."""
-    wanted = sorted(set(load_ids))
+def landed_load_ids(
+    spark: SparkSession, table_path: str, days_by_load_id: Mapping[str, Iterable[dt.date]]
+) -> set[str]:
+    """Which load ids already have rows in the table (a crashed attempt's commit), looking only
+    in the load days (partitions) their rows would be in."""
+    wanted = sorted(i for i, days in days_by_load_id.items() if days)
+    days = sorted({d for i in wanted for d in days_by_load_id[i]})
     if not wanted or not table_exists(spark, table_path):
         return set()
     rows = (
         spark.read.format("delta")
         .load(table_path)
-        .where(F.col(LOAD_ID).isin(wanted))
+        .where(F.col(LOAD_DATE).isin(days) & F.col(LOAD_ID).isin(wanted))
         .select(LOAD_ID)
         .distinct()
         .collect()
@@ -448,7 +452,10 @@ def land_batch(
                     f.typed.select(
                         LOAD_ID,
                         F.col(validate.REASON).alias("reason"),
-                        F.to_date("load_tstamp").alias("day"),
+                        # the partition a row goes to: events' load day, or invalid_events' one
+                        F.when(F.col(validate.REASON).isNull(), F.to_date("load_tstamp"))
+                        .otherwise(validate.invalid_load_date(f.typed))
+                        .alias("day"),
                     )
                     for f in files
                 ]
@@ -457,6 +464,7 @@ def land_batch(
             .count()
             .collect()
         )
+        invalid_days: dict[str, set[dt.date]] = {}
         for row in counts:
             result = by_id[row[LOAD_ID]]
             n = row["count"]
@@ -469,9 +477,14 @@ def land_batch(
                 result.invalid_by_reason[row["reason"]] = (
                     result.invalid_by_reason.get(row["reason"], 0) + n
                 )
+                invalid_days.setdefault(result.load_id, set()).add(row["day"])
         retried = set(retried)
-        skip_events = landed_load_ids(spark, tables[EVENTS], retried)
-        skip_invalid = landed_load_ids(spark, tables[INVALID_EVENTS], retried)
+        skip_events = landed_load_ids(
+            spark, tables[EVENTS], {i: by_id[i].rows_by_load_day for i in retried}
+        )
+        skip_invalid = landed_load_ids(
+            spark, tables[INVALID_EVENTS], {i: invalid_days.get(i, ()) for i in retried}
+        )
         txn = _batch_txn(files)
         valid = [
             f.valid

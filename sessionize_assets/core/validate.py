@@ -163,15 +163,19 @@ def finish_valid(df: DataFrame, data_columns: Sequence[str]) -> DataFrame:
     )
 
 
-def invalid_rows(df: DataFrame, raw: Column) -> DataFrame:
-    """Unusable rows as `invalid_events` rows: load day, reason and raw text."""
+def invalid_load_date(df: DataFrame) -> Column:
+    """The load day an unusable row is filed under in `invalid_events`."""
     # A row the reader could not parse has no load time of its own: the file's fallback day.
     unreadable = F.col("_unreadable") if "_unreadable" in df.columns else F.lit(False)
-    day = F.when(unreadable, F.col("_fallback_load_date")).otherwise(
+    return F.when(unreadable, F.col("_fallback_load_date")).otherwise(
         F.coalesce(F.to_date("load_tstamp"), F.col("_fallback_load_date"))
     )
+
+
+def invalid_rows(df: DataFrame, raw: Column) -> DataFrame:
+    """Unusable rows as `invalid_events` rows: load day, reason and raw text."""
     return df.where(F.col(REASON).isNotNull()).select(
-        day.alias(LOAD_DATE),
+        invalid_load_date(df).alias(LOAD_DATE),
         F.col(REASON).alias("reason"),
         raw.alias("raw"),
     )
