@@ -7,7 +7,7 @@ from pyspark.sql import functions as F
 
 from sessionize_assets.errors import UserError
 from sessionize_assets.home import Home
-from sessionize_assets.loader import load_paths
+from sessionize_assets.loader import file_sha256, load_paths
 from sessionize_assets.resources.tables import EVENTS, INVALID_EVENTS, LOAD_LOG
 from sessionize_assets.settings import Settings
 from sessionize_assets_tests.conftest import ORACLE_DIR
@@ -214,7 +214,6 @@ def test_oracle_events_csv_loads_as_it_is(spark, home):
 
 def test_each_file_load_goes_through_the_processing_manifest(spark, home, tmp_path):
     from sessionize_assets.core.manifest_state import ItemStatus
-    from sessionize_assets.loader import file_sha256
     from sessionize_assets.resources.processing_manifest import item_state
     from sessionize_assets.resources.tables import PROCESSING_MANIFEST
 
@@ -277,7 +276,7 @@ def test_files_land_in_batches_with_one_commit_per_table(spark, home, tmp_path):
     writes = [h for h in history if h["operation"] != "CREATE TABLE"]
     assert len(writes) == 4  # lock + close per batch
     for f in files:
-        state = item_state(manifest, f"file/{file_sha256_of(f)}")
+        state = item_state(manifest, f"file/{file_sha256(f)}")
         assert state.status is ItemStatus.PROCESSED
         assert state.last_processed.payload["rows_kept"] == 2
     # The load id is the file's own (from its content), the same in every table.
@@ -289,23 +288,27 @@ def test_files_land_in_batches_with_one_commit_per_table(spark, home, tmp_path):
     assert log == events_ids
 
 
-def file_sha256_of(path: Path) -> str:
-    from sessionize_assets.loader import file_sha256
-
-    return file_sha256(path)
-
-
 def test_a_bad_file_stops_the_load_before_anything_is_written(spark, home, tmp_path):
+    """A good file, then one whose column clashes with the good file's type: one UserError naming
+    the column, and neither file written nor locked."""
     from sessionize_assets.resources.tables import PROCESSING_MANIFEST, table_exists
 
-    good = _day_file(tmp_path, "good.csv", "2024-03-01", ["g1"])
-    other = tmp_path / "other.csv"
-    other.write_text(
-        HEADER + "\ng2,web,page_view,u1,s1,2024-03-01 10:00:00,,2024-03-01 10:00:05,x\n"
+    good = _day_file(tmp_path, "good.csv", "2024-03-01", ["g1"])  # custom_col: a string
+    clash = tmp_path / "clash.ndjson"
+    clash.write_text(
+        json.dumps(
+            {
+                "event_id": "g2",
+                "collector_tstamp": "2024-03-01 10:00:00",
+                "load_tstamp": "2024-03-01 10:00:05",
+                "custom_col": 3,
+            }
+        )
+        + "\n"
     )
     manifest = Home(home).table(PROCESSING_MANIFEST)
-    with pytest.raises(UserError, match="`nope`"):
-        _load(spark, home, [good, other], load_tstamp_from="nope", manifest_path=manifest)
+    with pytest.raises(UserError, match="`custom_col`"):
+        _load(spark, home, [good, clash], manifest_path=manifest)
     for table in (EVENTS, INVALID_EVENTS, LOAD_LOG):
         assert not table_exists(spark, Home(home).table(table))
     assert not table_exists(spark, manifest)
@@ -337,7 +340,7 @@ def test_a_load_that_failed_after_its_commit_lands_once_when_retried(spark, home
     assert _events(spark, home).count() == 4  # the append had committed
     manifest = ProcessingManifest(spark, manifest_path)
     for f in files:
-        item = f"file/{file_sha256_of(f)}"
+        item = f"file/{file_sha256(f)}"
         assert item_state(manifest_path, item).status is ItemStatus.FAIL_LOCKED
         manifest.resolve(item, "load log folder fixed")
     # Retried in another grouping (one file per batch): the committed rows are found by load id.
@@ -346,4 +349,4 @@ def test_a_load_that_failed_after_its_commit_lands_once_when_retried(spark, home
     assert _events(spark, home).count() == 4
     assert _invalid(spark, home).count() == 2
     for f in files:
-        assert item_state(manifest_path, f"file/{file_sha256_of(f)}").status is ItemStatus.PROCESSED
+        assert item_state(manifest_path, f"file/{file_sha256(f)}").status is ItemStatus.PROCESSED
