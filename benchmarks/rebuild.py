@@ -25,8 +25,6 @@ from typing import Any
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
-REBUILT = ("filtered_events", "daily_aggregates", "attributes", "sessions", "users")
-
 
 def _overwrite(df: DataFrame, path: str, partition: str | None = None) -> None:
     # Static: the whole table is replaced (the session may default to dynamic partition overwrite).
