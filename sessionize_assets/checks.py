@@ -19,9 +19,9 @@ from sessionize_assets.assets.time_based import TimeBasedTables, partition_count
 from sessionize_assets.core.filtering import duplicate_event_ids
 from sessionize_assets.core.late_days import accounting_differences
 from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE
+from sessionize_assets.resources.delta import read_table
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import SparkDeltaResource
-from sessionize_assets.resources.tables import read_table
 from sessionize_assets.settings import Settings
 
 EXAMPLES = 20

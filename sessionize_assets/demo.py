@@ -45,7 +45,7 @@ def superseded_lines(path: str, now: dt.datetime, examples: int = 2) -> list[str
     stamped with that run's time): counts by reason, and a few merges old ids -> new id."""
     from collections import Counter, defaultdict
 
-    from sessionize_assets.resources.tables import read_small_table
+    from sessionize_assets.resources.delta import read_small_table
 
     rows = [
         r

@@ -91,7 +91,7 @@ def consumed_fingerprints(accounting_path: str) -> dict[dt.date, str]:
 
     Read from `filtered_events_accounting` (columns `load_date`, `events_fingerprint`) with delta-rs.
     """
-    from sessionize_assets.resources.tables import read_small_table
+    from sessionize_assets.resources.delta import read_small_table
 
     rows = read_small_table(accounting_path, [LOAD_DATE, "events_fingerprint"])
     return {

@@ -31,13 +31,8 @@ from sessionize_assets.core.schema import (
     TIMESTAMP_COLUMNS,
 )
 from sessionize_assets.errors import UserError
-from sessionize_assets.resources.tables import (
-    EVENTS,
-    INVALID_EVENTS,
-    LOAD_LOG,
-    read_small_table,
-    table_exists,
-)
+from sessionize_assets.resources.delta import read_small_table, table_exists
+from sessionize_assets.resources.tables import EVENTS, INVALID_EVENTS, LOAD_LOG
 from sessionize_assets.settings import Settings
 
 FORMATS = {

@@ -291,7 +291,8 @@ def test_files_land_in_batches_with_one_commit_per_table(spark, home, tmp_path):
 def test_a_bad_file_stops_the_load_before_anything_is_written(spark, home, tmp_path):
     """A good file, then one whose column clashes with the good file's type: one UserError naming
     the column, and neither file written nor locked."""
-    from sessionize_assets.resources.tables import PROCESSING_MANIFEST, table_exists
+    from sessionize_assets.resources.delta import table_exists
+    from sessionize_assets.resources.tables import PROCESSING_MANIFEST
 
     good = _day_file(tmp_path, "good.csv", "2024-03-01", ["g1"])  # custom_col: a string
     clash = tmp_path / "clash.ndjson"

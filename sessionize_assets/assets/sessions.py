@@ -54,6 +54,7 @@ from sessionize_assets.core.run_limits import (
     start_of_day,
 )
 from sessionize_assets.resources import shared_reads
+from sessionize_assets.resources.delta import delta_version, read_small_table
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import SparkDeltaResource
 from sessionize_assets.resources.tables import (
@@ -64,8 +65,6 @@ from sessionize_assets.resources.tables import (
     SESSIONS_LIFECYCLE_MANIFEST,
     SUPERSEDED_SESSIONS,
     USERS,
-    delta_version,
-    read_small_table,
 )
 from sessionize_assets.settings import Settings
 

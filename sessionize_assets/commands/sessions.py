@@ -26,6 +26,7 @@ from sessionize_assets.core.run_limits import (
     format_tstamp,
     nothing_new,
 )
+from sessionize_assets.resources.delta import delta_version, newest_value, read_small_table
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.manifest_lock import session_lock
 from sessionize_assets.resources.tables import (
@@ -35,9 +36,6 @@ from sessionize_assets.resources.tables import (
     SESSIONS,
     SESSIONS_LIFECYCLE_MANIFEST,
     USERS,
-    delta_version,
-    newest_value,
-    read_small_table,
 )
 
 # --- run ----------------------------------------------------------------------------------------

@@ -34,9 +34,9 @@ from sessionize_assets.core.load_windows import (
 from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE
 from sessionize_assets.jobs import TIME_BASED_LANE
 from sessionize_assets.partitions import daily_partitions
+from sessionize_assets.resources.delta import read_table
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import SparkDeltaResource
-from sessionize_assets.resources.tables import read_table
 from sessionize_assets.settings import Settings
 
 RANGE_START = "dagster/asset_partition_range_start"

@@ -25,8 +25,9 @@ from dagster import (
 
 from sessionize_assets.assets.sessions import enabled_models, read_manifest
 from sessionize_assets.jobs import SESSION_MODELS_JOB, SESSIONS_LANE
+from sessionize_assets.resources.delta import delta_version
 from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets.resources.tables import FILTERED_EVENTS, delta_version
+from sessionize_assets.resources.tables import FILTERED_EVENTS
 from sessionize_assets.settings import Settings
 
 SENSOR_NAME = "session_models_sensor"

@@ -1,0 +1,272 @@
+"""Generic Delta Lake reads and writes, shared by every branch.
+
+- delta-rs (no Spark) for the Delta log and the small state tables: versions, file statistics,
+  a handful of bookkeeping rows. Sensors and planners use only these.
+- Spark for data: pinned-version reads, partition replacement, MERGE by key, overwrite.
+
+Nothing here knows a table of the project: callers pass locations (see `resources.tables`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+# --------------------------------------------------------------------- the Delta log (delta-rs)
+
+
+def delta_table(path: str, version: int | None = None):  # noqa: ANN201 - deltalake.DeltaTable
+    """The delta-rs table at `path` (at `version` when given), or None when absent."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(path, version=version) if version is not None else DeltaTable(path)
+    except TableNotFoundError:
+        return None
+
+
+def delta_version(path: str) -> int | None:
+    """The table's current version via delta-rs (no Spark), or None when absent."""
+    table = delta_table(path)
+    return table.version() if table is not None else None
+
+
+def exists(path: str) -> bool:
+    return delta_table(path) is not None
+
+
+def add_actions(path: str, version: int | None = None) -> tuple[int | None, list[dict[str, Any]]]:
+    """(version, the live files' add actions as dicts: `path`, `num_records`, `partition.<col>`,
+    `min.<col>`, `max.<col>`, `null_count.<col>`)."""
+    table = delta_table(path, version)
+    if table is None:
+        return None, []
+    return table.version(), pa.table(table.get_add_actions(flatten=True)).to_pylist()
+
+
+def read_small_table(path: str, columns: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """A small state table's rows as dicts via delta-rs (for sensors: no Spark). [] when absent."""
+    table = delta_table(path)
+    if table is None:
+        return []
+    return table.to_pyarrow_table(columns=list(columns) if columns else None).to_pylist()
+
+
+def newest_value(path: str, column: str, for_nulls: str | None = None) -> Any:
+    """The largest value of `column` in a Delta table, from the Delta log's file statistics (no
+    data read), rounded up by 1 ms for timestamps (Delta keeps millisecond statistics). Files
+    with nulls in `column` count with their largest `for_nulls` value. None when the table is
+    absent or empty, or a statistic is missing (the caller must then assume anything)."""
+    _, actions = add_actions(path)
+    if not actions:
+        return None
+    newest = None
+    for file in actions:
+        nulls = file.get(f"null_count.{column}")
+        if nulls is None or file.get("num_records") is None:
+            return None
+        candidates = []
+        if nulls < file["num_records"]:
+            candidates.append(file.get(f"max.{column}"))
+        if nulls > 0:
+            if for_nulls is None:
+                return None
+            candidates.append(file.get(f"max.{for_nulls}"))
+        if any(c is None for c in candidates):
+            return None
+        for value in candidates:
+            newest = value if newest is None else max(newest, value)
+    if isinstance(newest, dt.datetime):
+        newest += dt.timedelta(milliseconds=1)
+    return newest
+
+
+# --------------------------------------------------------------------------- reads (Spark)
+
+
+def table_exists(spark: SparkSession, path: str) -> bool:
+    """True if a Delta table is at `path`."""
+    del spark  # the Delta log says so without a Spark job
+    return exists(path)
+
+
+def read_table(spark: SparkSession, path: str) -> DataFrame | None:
+    """The table as a DataFrame, or None when it does not exist yet."""
+    if not exists(path):
+        return None
+    return spark.read.format("delta").load(path)
+
+
+def read_version(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:
+    """The table at `version` (the current one when None)."""
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    return reader.load(path)
+
+
+def schema_pairs(schema: str) -> list[tuple[str, str]]:
+    """`"a string, b long"` -> [("a", "string"), ("b", "long")]."""
+    pairs = []
+    for part in schema.split(","):
+        name, kind = part.strip().split(" ", 1)
+        pairs.append((name, kind.strip()))
+    return pairs
+
+
+def nulls_for(schema: str, key: str) -> list[Any]:
+    """Null columns of `schema` except `key` (the tombstone rows of a MERGE source)."""
+    return [F.lit(None).cast(t).alias(c) for c, t in schema_pairs(schema) if c != key]
+
+
+def ensure_table(spark: SparkSession, path: str, schema: str) -> None:
+    """Create an empty table with `schema` when none is at `path`."""
+    if delta_version(path) is None:
+        spark.createDataFrame([], schema).write.format("delta").mode("ignore").save(path)
+
+
+def table_or_empty(spark: SparkSession, path: str, schema: str) -> DataFrame:
+    """The table at its current version, pinned: Spark re-caches DataFrames of a path after a
+    write to it, and a pinned version keeps "the rows before this run's write" what they were."""
+    version = delta_version(path)
+    if version is None:
+        return spark.createDataFrame([], schema)
+    return read_version(spark, path, version)
+
+
+# -------------------------------------------------------------------------- writes (Spark)
+
+
+def in_list(column: str, days: Iterable[dt.date]) -> str:
+    """A SQL predicate `column IN (DATE'…', …)`."""
+    values = ", ".join(f"DATE'{d.isoformat()}'" for d in sorted(set(days)))
+    return f"{column} IN ({values})"
+
+
+def replace_partitions(
+    spark: SparkSession,
+    df: DataFrame,
+    path: str,
+    column: str,
+    days: Iterable[dt.date],
+    partition_by: Sequence[str],
+    properties: Mapping[str, str] | None = None,
+) -> None:
+    """Replace exactly the rows of `days` (in partition column `column`) with `df` (Spark)."""
+    del spark
+    writer = df.write.format("delta").option("mergeSchema", "true")
+    if not exists(path):
+        for key, value in (properties or {}).items():
+            writer = writer.option(key, value)
+        writer.mode("append").partitionBy(*partition_by).save(path)
+        return
+    (
+        writer.mode("overwrite")
+        .option("partitionOverwriteMode", "static")
+        .option("replaceWhere", in_list(column, days))
+        .save(path)
+    )
+
+
+def merge(spark: SparkSession, path: str, source: DataFrame, key: str, schema: str) -> None:
+    """Upsert `source` rows by `key`; rows with `_delete` set remove the target row. The first
+    write of a table is a plain write."""
+    from delta.tables import DeltaTable
+
+    columns = [c for c, _ in schema_pairs(schema)]
+    if delta_version(path) is None:
+        source.filter(~F.col("_delete")).select(*columns).write.format("delta").mode("append").save(
+            path
+        )
+        return
+    values = {c: f"s.`{c}`" for c in columns}
+    (
+        DeltaTable.forPath(spark, path)
+        .alias("t")
+        .merge(source.alias("s"), f"t.`{key}` = s.`{key}`")
+        .whenMatchedDelete(condition="s._delete")
+        .whenMatchedUpdate(set=values)
+        .whenNotMatchedInsert(condition="NOT s._delete", values=values)
+        .execute()
+    )
+
+
+def overwrite(df: DataFrame, path: str) -> None:
+    df.write.format("delta").mode("overwrite").save(path)
+
+
+# ------------------------------------------------------------ small tables (delta-rs writes)
+# The small bookkeeping tables (a row per day) are written with delta-rs: no Spark job for a
+# handful of rows. Spark, delta-rs, DuckDB and Polars read them like any other Delta table.
+
+
+def committed(write: Callable[[], None], attempts: int = 8) -> None:
+    """Run a delta-rs write, again when a concurrent writer won the commit."""
+    from deltalake.exceptions import CommitFailedError
+
+    for attempt in range(attempts):
+        try:
+            write()
+            return
+        except CommitFailedError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.1 * (attempt + 1))
+
+
+def replace_small(
+    path: str,
+    rows: Sequence[Mapping[str, Any]],
+    schema: pa.Schema,
+    column: str | None = None,
+    days: Iterable[dt.date] = (),
+    partition_by: Sequence[str] | None = None,
+) -> None:
+    """Replace the rows of `days` (or the whole table when `column` is None) with `rows`."""
+    from deltalake import write_deltalake
+
+    data = pa.Table.from_pylist([dict(r) for r in rows], schema=schema)
+    predicate = None
+    if column is not None:
+        values = ", ".join(f"'{d.isoformat()}'" for d in sorted(set(days)))
+        predicate = f"{column} IN ({values})"
+
+    def write() -> None:
+        if not exists(path):
+            write_deltalake(
+                path, data, mode="append", partition_by=list(partition_by) if partition_by else None
+            )
+        elif predicate is None:
+            write_deltalake(path, data, mode="overwrite", schema_mode="overwrite")
+        else:
+            write_deltalake(path, data, mode="overwrite", predicate=predicate)
+
+    committed(write)
+
+
+def upsert_small(path: str, rows: Sequence[Mapping[str, Any]], schema: pa.Schema, key: str) -> None:
+    """MERGE rows by `key` into a small table (created when absent)."""
+    from deltalake import DeltaTable, write_deltalake
+
+    data = pa.Table.from_pylist([dict(r) for r in rows], schema=schema)
+
+    def write() -> None:
+        if not exists(path):
+            write_deltalake(path, data, mode="append")
+            return
+        (
+            DeltaTable(path)
+            .merge(data, predicate=f"t.{key} = s.{key}", source_alias="s", target_alias="t")
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute()
+        )
+
+    committed(write)
