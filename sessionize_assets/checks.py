@@ -15,7 +15,6 @@ from dagster import (
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from sessionize_assets.assets.time_based import TimeBasedTables, partition_counts
 from sessionize_assets.core.filtering import duplicate_event_ids
 from sessionize_assets.core.late_days import accounting_differences
 from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE
@@ -23,6 +22,8 @@ from sessionize_assets.resources.delta import read_table
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import SparkDeltaResource
 from sessionize_assets.settings import Settings
+from sessionize_assets.time_based.state import partition_counts
+from sessionize_assets.time_based.tables import TimeBasedTables
 
 EXAMPLES = 20
 

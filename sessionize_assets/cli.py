@@ -10,95 +10,18 @@ import argparse
 import contextlib
 import datetime as dt
 import os
-import shutil
 import subprocess
 import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+from sessionize_assets.commands.context import CommandContext
 from sessionize_assets.errors import UserError
 from sessionize_assets.home import Home
-from sessionize_assets.settings import load_settings, parse_now, settings_file
+from sessionize_assets.settings import parse_now
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-class Context:
-    """What every command needs: the home, the settings, now, and (lazily) Spark and Dagster."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.home = Home(Path(args.home).resolve() if args.home else Home.from_env().root)
-        self.now = parse_now(args.now)
-        self.config_path = settings_file(self.home.root, args.config)
-        # Validated before any data is touched.
-        self.settings = load_settings(self.home.root, args.config, today=self.now.date())
-        self.args = args
-        self._spark = None
-        self._instance = None
-        self._defs = None
-        self._export_environment()
-
-    def _export_environment(self) -> None:
-        """The code server and run processes resolve the same settings from these."""
-        os.environ["SESSIONIZE_HOME"] = str(self.home.root)
-        if self.config_path:
-            os.environ["SESSIONIZE_CONFIG"] = str(self.config_path)
-        if self.args.now:
-            os.environ["SESSIONIZE_NOW"] = self.now.isoformat()
-        os.environ["DAGSTER_HOME"] = str(self.home.dagster_home)
-
-    def reload_settings(self) -> None:
-        """Resolve the settings again (after the demo writes its sessionize.yaml)."""
-        self.config_path = settings_file(self.home.root, self.args.config)
-        self.settings = load_settings(self.home.root, self.args.config, today=self.now.date())
-        self._export_environment()
-        self._defs = None
-
-    def ensure_home(self) -> None:
-        self.home.ensure()
-        target = self.home.dagster_home / "dagster.yaml"
-        source = REPO_ROOT / "dagster.yaml"
-        if source.is_file() and (not target.is_file() or target.read_text() != source.read_text()):
-            shutil.copyfile(source, target)
-
-    @property
-    def lake(self):  # noqa: ANN201
-        from sessionize_assets.resources.lake import LakeResource
-
-        return LakeResource(
-            home=str(self.home.root),
-            config_file=str(self.config_path) if self.config_path else None,
-            now=self.now.isoformat(),
-        )
-
-    @property
-    def spark(self):  # noqa: ANN201
-        if self._spark is None:
-            from sessionize_assets.resources.spark import get_spark
-
-            self._spark = get_spark(self.settings.spark)
-        return self._spark
-
-    @property
-    def instance(self):  # noqa: ANN201
-        if self._instance is None:
-            from dagster import DagsterInstance
-
-            self.ensure_home()
-            self._instance = DagsterInstance.get()
-        return self._instance
-
-    @property
-    def defs(self):  # noqa: ANN201
-        if self._defs is None:
-            from sessionize_assets.definitions import build_definitions
-
-            self._defs = build_definitions(self.home.root, self.args.config, self.now.isoformat())
-        return self._defs
-
-    def table(self, name: str) -> str:
-        return self.home.table(name)
 
 
 def _date(value: str) -> dt.date:
@@ -118,7 +41,7 @@ def _print(lines: Sequence[str]) -> None:
 # ---------------------------------------------------------------- commands
 
 
-def cmd_generate(ctx: Context) -> int:
+def cmd_generate(ctx: CommandContext) -> int:
     from sessionize_assets.generator import generate
 
     a = ctx.args
@@ -135,9 +58,9 @@ def cmd_generate(ctx: Context) -> int:
     return 0
 
 
-def cmd_load(ctx: Context) -> int:
-    from sessionize_assets.assets.ingest import record_load
-    from sessionize_assets.loader import expand_paths, load_paths
+def cmd_load(ctx: CommandContext) -> int:
+    from sessionize_assets.ingest.assets import record_load
+    from sessionize_assets.ingest.loader import expand_paths, load_paths
     from sessionize_assets.resources.tables import (
         EVENTS,
         INVALID_EVENTS,
@@ -179,7 +102,7 @@ def cmd_load(ctx: Context) -> int:
         return 0
     from sessionize_assets.commands.loading import load_by_load_date
     from sessionize_assets.core.load_windows import LOAD_CURSOR_NAME
-    from sessionize_assets.resources.processing_manifest import CursorCheckpointStore
+    from sessionize_assets.resources.cursor_store import CursorCheckpointStore
     from sessionize_assets.resources.tables import CURSOR_STATE
 
     store = CursorCheckpointStore(ctx.spark, ctx.table(CURSOR_STATE))
@@ -195,14 +118,14 @@ def cmd_load(ctx: Context) -> int:
     return 0
 
 
-def cmd_run(ctx: Context) -> int:
+def cmd_run(ctx: CommandContext) -> int:
     from sessionize_assets.pipeline import run_pipeline
 
     _print(run_pipeline(ctx).lines())
     return 0
 
 
-def cmd_backfill(ctx: Context) -> int:
+def cmd_backfill(ctx: CommandContext) -> int:
     from sessionize_assets.pipeline import backfill_pipeline
 
     a = ctx.args
@@ -212,14 +135,14 @@ def cmd_backfill(ctx: Context) -> int:
     return 0
 
 
-def cmd_status(ctx: Context) -> int:
+def cmd_status(ctx: CommandContext) -> int:
     from sessionize_assets.pipeline import status_lines
 
     _print(status_lines(ctx))
     return 0
 
 
-def cmd_verify(ctx: Context) -> int:
+def cmd_verify(ctx: CommandContext) -> int:
     from sessionize_assets.pipeline import verify_pipeline
 
     differences, lines = verify_pipeline(ctx)
@@ -227,28 +150,28 @@ def cmd_verify(ctx: Context) -> int:
     return 1 if differences else 0
 
 
-def cmd_export(ctx: Context) -> int:
+def cmd_export(ctx: CommandContext) -> int:
     from sessionize_assets.export import export_table
 
     _print([export_table(None, ctx.home, ctx.args.table, Path(ctx.args.out))])
     return 0
 
 
-def cmd_manifest(ctx: Context) -> int:
+def cmd_manifest(ctx: CommandContext) -> int:
     from sessionize_assets.pipeline import manifest_command
 
     _print(manifest_command(ctx))
     return 0
 
 
-def cmd_demo(ctx: Context) -> int:
+def cmd_demo(ctx: CommandContext) -> int:
     from sessionize_assets.demo import run_demo
 
     run_demo(ctx)
     return 0
 
 
-def cmd_ui(ctx: Context) -> int:
+def cmd_ui(ctx: CommandContext) -> int:
     ctx.ensure_home()
     dagster = Path(sys.executable).with_name("dagster")
     command = [
@@ -407,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", message=".*is currently in (beta|preview).*")
     try:
-        ctx = Context(args)
+        ctx = CommandContext(args)
         quiet = args.command in QUIET_COMMANDS and not args.verbose
         with engine_logs_to_file(ctx.home, quiet):
             return args.func(ctx)

@@ -12,14 +12,26 @@ from pathlib import Path
 from dagster import Definitions
 
 from sessionize_assets import checks as time_based_checks
-from sessionize_assets.assets import ingest, sessions, time_based
+from sessionize_assets.assets import sessions
 from sessionize_assets.home import Home
+from sessionize_assets.ingest import assets as ingest
 from sessionize_assets.jobs import build_jobs
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.manifest_lock import session_lock
 from sessionize_assets.resources.spark import SparkDeltaResource
 from sessionize_assets.sensors import late_days, new_loads, session_models
-from sessionize_assets.settings import settings_file
+from sessionize_assets.settings import Settings, settings_file
+from sessionize_assets.time_based import assets as time_based
+
+
+def build_assets(settings: Settings) -> list:
+    """Every asset of the project (ingest, time-based, session-based), for Definitions and for the
+    command line's runs."""
+    return [
+        *ingest.build_assets(settings),
+        *time_based.build_assets(settings),
+        *sessions.build_assets(settings, lock=session_lock),
+    ]
 
 
 def build_definitions(
@@ -34,11 +46,7 @@ def build_definitions(
         now=now if now is not None else os.environ.get("SESSIONIZE_NOW") or None,
     )
     settings = lake.settings
-    assets = [
-        *ingest.build_assets(settings),
-        *time_based.build_assets(settings),
-        *sessions.build_assets(settings, lock=session_lock),
-    ]
+    assets = build_assets(settings)
     checks = [*time_based_checks.build_checks(settings)]
     sensors = [
         *new_loads.build_sensors(settings),

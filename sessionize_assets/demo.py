@@ -8,6 +8,7 @@ import datetime as dt
 import shutil
 from pathlib import Path
 
+from sessionize_assets.commands.context import CommandContext
 from sessionize_assets.errors import UserError
 
 DEMO_START = dt.date(2024, 3, 1)
@@ -24,7 +25,7 @@ def _total(value) -> int:  # noqa: ANN001 - an int or a count per kind
     return sum(value.values()) if isinstance(value, dict) else int(value)
 
 
-def _reset(ctx) -> None:  # noqa: ANN001
+def _reset(ctx: CommandContext) -> None:
     """The demo owns its home: it starts from an empty warehouse, landing folder and instance."""
     home = ctx.home
     marker = home.root / ".sessionize-demo"
@@ -71,11 +72,11 @@ def superseded_lines(path: str, now: dt.datetime, examples: int = 2) -> list[str
     return out
 
 
-def run_demo(ctx) -> None:  # noqa: ANN001 - cli.Context
+def run_demo(ctx: CommandContext) -> None:
     """The demo end to end on the embedded default (local Spark, local Delta warehouse)."""
-    from sessionize_assets.assets.ingest import record_load
     from sessionize_assets.generator import generate
-    from sessionize_assets.loader import load_paths
+    from sessionize_assets.ingest.assets import record_load
+    from sessionize_assets.ingest.loader import load_paths
     from sessionize_assets.pipeline import run_pipeline, verify_pipeline
     from sessionize_assets.resources.tables import (
         EVENTS,

@@ -13,6 +13,8 @@ from sessionize_assets.settings import Settings
 LANE_TAG = "sessionize/lane"
 TIME_BASED_LANE = {LANE_TAG: "time_based"}
 SESSIONS_LANE = {LANE_TAG: "sessions"}
+# Runs launched by the late-days sensor carry this tag: they are never keyhole repairs.
+REQUESTED_BY_TAG = "sessionize/requested_by"
 
 LOAD_DAY_JOB = "load_day_job"
 SESSION_MODELS_JOB = "session_models_job"

@@ -6,22 +6,18 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
+from sessionize_assets.commands.context import CommandContext
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.shared_reads import sharing
+from sessionize_assets.resources.spark import SparkDeltaResource
 
 
-def _lake(ctx, now: dt.datetime | None = None) -> LakeResource:  # noqa: ANN001 - cli.Context
-    return LakeResource(
-        home=str(ctx.home.root),
-        config_file=str(ctx.config_path) if ctx.config_path else None,
-        now=(now or ctx.now).isoformat(),
-    )
+def _lake(ctx: CommandContext, now: dt.datetime | None = None) -> LakeResource:
+    return ctx.lake_at(now)
 
 
-def _spark_resource(ctx):  # noqa: ANN001, ANN202
+def _spark_resource(ctx: CommandContext) -> SparkDeltaResource:
     """The Dagster Spark resource over the process's session (started once, shared by all runs)."""
-    from sessionize_assets.resources.spark import SparkDeltaResource
-
     ctx.spark  # noqa: B018 - start the one session with the user's settings first
     return SparkDeltaResource(spark_config=dict(ctx.settings.spark))
 
@@ -36,7 +32,7 @@ class PipelineReport:
         return [line for _, lines in self.sections for line in lines]
 
 
-def run_pipeline(ctx, now: dt.datetime | None = None) -> PipelineReport:  # noqa: ANN001
+def run_pipeline(ctx: CommandContext, now: dt.datetime | None = None) -> PipelineReport:
     """Process everything pending in both branches, within the run limits (what the sensors do)."""
     from sessionize_assets.commands.sessions import run_sessions
     from sessionize_assets.commands.time_based import run_time_based
@@ -51,8 +47,8 @@ def run_pipeline(ctx, now: dt.datetime | None = None) -> PipelineReport:  # noqa
     return report
 
 
-def backfill_pipeline(  # noqa: ANN001
-    ctx, start: dt.date, end: dt.date, restart: bool = False
+def backfill_pipeline(
+    ctx: CommandContext, start: dt.date, end: dt.date, restart: bool = False
 ) -> PipelineReport:
     """Re-materialize load days start..end and everything downstream of them (both branches).
 
@@ -65,7 +61,7 @@ def backfill_pipeline(  # noqa: ANN001
     from sessionize_assets.commands.time_based import backfill_time_based
     from sessionize_assets.core.cursor import CursorState
     from sessionize_assets.core.load_windows import backfill_cursor_name
-    from sessionize_assets.resources.processing_manifest import CursorCheckpointStore
+    from sessionize_assets.resources.cursor_store import CursorCheckpointStore
     from sessionize_assets.resources.tables import CURSOR_STATE
 
     lake = _lake(ctx)
@@ -94,7 +90,7 @@ def backfill_pipeline(  # noqa: ANN001
     return report
 
 
-def status_lines(ctx) -> list[str]:  # noqa: ANN001
+def status_lines(ctx: CommandContext) -> list[str]:
     """Run-limit states and windows, pending and skipped days, locks (no Spark)."""
     from sessionize_assets.commands.manifest import cursor_status_lines, manifest_status_lines
     from sessionize_assets.commands.sessions import status_sessions
@@ -113,7 +109,7 @@ def status_lines(ctx) -> list[str]:  # noqa: ANN001
     return out
 
 
-def verify_pipeline(ctx) -> tuple[list[str], list[str]]:  # noqa: ANN001
+def verify_pipeline(ctx: CommandContext) -> tuple[list[str], list[str]]:
     """(differences, report lines) for every incremental table against a recompute."""
     from sessionize_assets.commands.sessions import verify_sessions
     from sessionize_assets.commands.time_based import verify_time_based
@@ -128,7 +124,7 @@ def verify_pipeline(ctx) -> tuple[list[str], list[str]]:  # noqa: ANN001
     return differences, lines
 
 
-def manifest_command(ctx) -> list[str]:  # noqa: ANN001
+def manifest_command(ctx: CommandContext) -> list[str]:
     """`sessionize manifest list/show/resolve/skip`."""
     from sessionize_assets.commands import manifest
     from sessionize_assets.resources.processing_manifest import ProcessingManifest

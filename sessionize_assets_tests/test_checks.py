@@ -11,11 +11,12 @@ import yaml
 from dagster import AssetSelection, AssetSpec, DagsterInstance, materialize
 from deltalake import write_deltalake
 
-from sessionize_assets.assets.time_based import TimeBasedTables, build_assets
 from sessionize_assets.checks import build_checks
 from sessionize_assets.partitions import daily_partitions
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import SparkDeltaResource
+from sessionize_assets.time_based.assets import build_assets
+from sessionize_assets.time_based.tables import TimeBasedTables
 
 
 def day(n: int) -> dt.date:

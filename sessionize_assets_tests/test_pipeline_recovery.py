@@ -197,13 +197,13 @@ def test_an_interrupted_backfill_resumes_at_its_first_unfinished_window(spark, t
     done the checkpoint is cleared so the next backfill of the range redoes it all."""
     from sessionize_assets.core.cursor import CursorState
     from sessionize_assets.core.load_windows import backfill_cursor_name
-    from sessionize_assets.resources.processing_manifest import (
+    from sessionize_assets.resources.cursor_store import (
         CursorCheckpointStore,
-        ProcessingManifest,
         read_cursor_history,
         read_cursor_state,
     )
-    from sessionize_assets_tests.assets.test_time_based import ROWS, append_events, make_lake
+    from sessionize_assets.resources.processing_manifest import ProcessingManifest
+    from sessionize_assets_tests.time_based.test_steps import ROWS, append_events, make_lake
 
     home = tmp_path / "home"
     lake = make_lake(home, backfill_limit_days=2)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sessionize_assets.core.clock import midnight
 from sessionize_assets.core.cursor import (
     DEFAULT_MAX_PARTITIONS,
     CursorConfig,
@@ -27,7 +28,7 @@ from sessionize_assets.core.cursor import (
     plan_slices,
     with_fallback,
 )
-from sessionize_assets.core.load_windows import folder_load_day, folders_in_window, midnight
+from sessionize_assets.core.load_windows import folder_load_day, folders_in_window
 from sessionize_assets.errors import UserError
 
 

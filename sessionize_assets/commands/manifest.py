@@ -188,7 +188,7 @@ def _capitalized(text: str) -> str:
 def cursor_status_lines(path: str) -> list[str]:
     """For `sessionize status`: cursors with a checkpointed position (e.g. an interrupted
     backfill, which the same command resumes), with the run that checkpointed it."""
-    from sessionize_assets.resources.processing_manifest import read_cursor_states
+    from sessionize_assets.resources.cursor_store import read_cursor_states
 
     lines = []
     for name, (state, row) in read_cursor_states(path).items():

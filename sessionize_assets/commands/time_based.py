@@ -9,16 +9,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dagster import AssetSpec, DagsterInstance, materialize
+from dagster import DagsterInstance, materialize
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sessionize_assets.assets.time_based import (
-    TimeBasedState,
-    TimeBasedTables,
-    build_assets,
-    read_state,
-)
 from sessionize_assets.checks import accounting_invariant, duplicates_in_filtered_events
 from sessionize_assets.core import aggregates as agg
 from sessionize_assets.core import attributes as attrs
@@ -29,23 +23,27 @@ from sessionize_assets.core.load_windows import (
     backfill_cursor,
     backfill_windows,
     contiguous_ranges,
-    plan_load_days,
+)
+from sessionize_assets.core.planning import (
+    days_between,
+    finish_due,
+    last_started_day,
+    load_day_runs,
+    next_load_days,
+    reached_load_days,
+    ready_event_days,
 )
 from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE
 from sessionize_assets.jobs import TIME_BASED_LANE
-from sessionize_assets.partitions import daily_partitions
 from sessionize_assets.resources.delta import read_table
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import SparkDeltaResource
 from sessionize_assets.settings import Settings
+from sessionize_assets.time_based.state import TimeBasedState, read_state
+from sessionize_assets.time_based.tables import TimeBasedTables
 
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"
-LOAD_DAY_ASSETS = ("filtered_events", "days_to_process")
-
-
-def _days(first: dt.date, last: dt.date) -> list[dt.date]:
-    return [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
 
 
 def _fmt(days: Sequence[dt.date]) -> str:
@@ -54,16 +52,16 @@ def _fmt(days: Sequence[dt.date]) -> str:
 
 
 class _Runner:
-    """Materializes selections of the branch's assets over partition ranges on one instance."""
+    """Materializes the planner's runs (`core.planning`) on one instance, as the sensors' run
+    requests would: the same assets, partitions and lane tag."""
 
     def __init__(self, lake: LakeResource, instance: DagsterInstance) -> None:
+        from sessionize_assets.definitions import build_assets
+
         self.lake = lake
         self.settings = lake.settings
         self.instance = instance
-        self.assets = [
-            AssetSpec("events", partitions_def=daily_partitions(self.settings)),
-            *build_assets(self.settings),
-        ]
+        self.assets = build_assets(self.settings)
         self.resources = {
             "lake": lake,
             "spark": SparkDeltaResource(spark_config=dict(self.settings.spark)),
@@ -96,21 +94,9 @@ class _Runner:
         return result.run_id
 
     def load_days(self, days: Sequence[dt.date], refilter: set[dt.date]) -> None:
-        """filtered_events (where needed) + days_to_process, ascending, at most B days per run."""
-        for first, last in contiguous_ranges(days, self.settings.backfill_limit_days):
-            segment = _days(first, last)
-            # Split where the need changes, so a load day whose filtered_events is current only
-            # gets its decisions redone.
-            start = segment[0]
-            for i, day in enumerate(segment):
-                end_of_segment = i == len(segment) - 1 or (
-                    (segment[i + 1] in refilter) != (day in refilter)
-                )
-                if end_of_segment:
-                    selection = LOAD_DAY_ASSETS if day in refilter else ("days_to_process",)
-                    self.run(selection, start, day)
-                    if i < len(segment) - 1:
-                        start = segment[i + 1]
+        """The load days' runs (`planning.load_day_runs`), ascending."""
+        for run in load_day_runs(days, refilter, self.settings.backfill_limit_days):
+            self.run(run.assets, run.first, run.last)
 
     def event_days(self, days: Sequence[dt.date], all_loaded_rows: bool = False) -> None:
         config = {"ops": {"daily_aggregates": {"config": {"all_loaded_rows": all_loaded_rows}}}}
@@ -127,10 +113,9 @@ def _tables(lake: LakeResource) -> TimeBasedTables:
 
 def _aggregate_outstanding(runner: _Runner, today: dt.date) -> tuple[list[dt.date], list[dt.date]]:
     """Materialize every outstanding event day that is a partition; (done, waiting)."""
-    outstanding = sorted(read_state(_tables(runner.lake)).outstanding())
-    ready = [d for d in outstanding if d <= today]
+    ready, waiting = ready_event_days(read_state(_tables(runner.lake)).outstanding(), today)
     runner.event_days(ready)
-    return ready, [d for d in outstanding if d > today]
+    return ready, waiting
 
 
 # ------------------------------------------------------------------------------------- run
@@ -150,11 +135,11 @@ class TimeBasedRunReport:
 
     @property
     def state(self) -> str:
-        return self.plan.limits.state.value
+        return self.plan.window.state.value
 
     @property
     def window(self) -> tuple[dt.datetime, dt.datetime]:
-        return self.plan.limits.start, self.plan.limits.end
+        return self.plan.window.start, self.plan.window.end
 
     @property
     def nothing_to_do(self) -> bool:
@@ -190,28 +175,24 @@ def run_time_based(
     settings, now = lake.settings, lake.current_time()
     runner = _Runner(lake, instance)
     state = read_state(_tables(lake))
-    plan = plan_load_days(
-        state.run_limits(settings, now),
-        state.pending_load_days(settings.start_date),
-        settings.backfill_limit_days,
-        now,
+    pending = state.pending_load_days(settings.start_date)
+    plan, _ = next_load_days(
+        state.load_window(settings, now), pending, settings.backfill_limit_days, now
     )
     report = TimeBasedRunReport(plan=plan)
-    refilter = set(state.pending_filtered())
-    known = set(state.pending_load_days(settings.start_date))
-    runner.load_days(plan.load_days, refilter)
+    known = set(pending)
+    runner.load_days(plan.load_days, set(state.pending_filtered()))
     report.load_days = list(plan.load_days)
     # A change to a load day can reach later, processed load days through duplicates: redo them.
     for _ in range(3):
-        if not plan.load_days:
-            break
         state = read_state(_tables(lake))
-        reach_end = plan.load_days[-1] + dt.timedelta(days=settings.dedupe_lookback_days)
-        reached = [
-            d
-            for d in state.pending_load_days(settings.start_date)
-            if d not in known and plan.load_days[0] < d <= reach_end and midnight_before(d, now)
-        ]
+        reached = reached_load_days(
+            state.pending_load_days(settings.start_date),
+            plan.load_days,
+            known,
+            settings.dedupe_lookback_days,
+            last_started_day(now),
+        )
         if not reached:
             break
         runner.load_days(reached, set(state.pending_filtered()))
@@ -219,17 +200,14 @@ def run_time_based(
         known |= set(reached)
     report.event_days, report.waiting = _aggregate_outstanding(runner, now.date())
     state = read_state(_tables(lake))
-    if report.load_days or report.event_days or state.attributes_stale(now.date()):
-        if state.daily_aggregates_version is not None:
-            runner.finish()
-            report.attributes = True
+    changed = bool(report.load_days or report.event_days)
+    if finish_due(
+        state.daily_aggregates_version is not None, changed, state.attributes_stale(now.date())
+    ):
+        runner.finish()
+        report.attributes = True
     report.run_ids = runner.run_ids
     return report
-
-
-def midnight_before(day: dt.date, now: dt.datetime) -> bool:
-    """The load day has started by `now`."""
-    return dt.datetime.combine(day, dt.time.min, tzinfo=dt.UTC) < now
 
 
 # -------------------------------------------------------------------------------- backfill
@@ -258,7 +236,7 @@ class TimeBasedBackfillReport:
             )
         for first, last in self.load_day_runs:
             out.append(
-                f"  filtered_events + days_to_process re-materialized for {_fmt(_days(first, last))}"
+                f"  filtered_events + days_to_process re-materialized for {_fmt(days_between(first, last))}"
             )
         if self.reached:
             out.append(
@@ -315,17 +293,19 @@ def backfill_time_based(
             checkpoint(cursor, runner.run_ids[-1] if runner.run_ids else None)
     last = min(end, now.date())
     if config is not None and first <= last:
-        reach_end = last + dt.timedelta(days=settings.dedupe_lookback_days)
         state = read_state(_tables(lake))
-        reached = [
-            d
-            for d in state.pending_load_days(settings.start_date)
-            if last < d <= reach_end and d <= now.date()
-        ]
+        reached = reached_load_days(
+            state.pending_load_days(settings.start_date),
+            [first, last],
+            set(days_between(first, last)),
+            settings.dedupe_lookback_days,
+            now.date(),
+        )
         runner.load_days(reached, set(state.pending_filtered()))
         report.reached = reached
     report.event_days, report.waiting = _aggregate_outstanding(runner, now.date())
-    if read_state(_tables(lake)).daily_aggregates_version is not None:
+    # A backfill always recomputes attributes and the manifest once daily_aggregates exists.
+    if finish_due(read_state(_tables(lake)).daily_aggregates_version is not None, True, False):
         runner.finish()
         report.attributes = True
     report.run_ids = runner.run_ids
@@ -505,7 +485,7 @@ class TimeBasedStatusReport:
     attributes_stale: bool
 
     def lines(self) -> list[str]:
-        limits = self.plan.limits
+        limits = self.plan.window
         out = [
             "Time-based branch:",
             f"  State: {limits.state.value}; next window [{limits.start.isoformat()}, {limits.end.isoformat()})",
@@ -545,8 +525,8 @@ def status_time_based(lake: LakeResource) -> TimeBasedStatusReport:
     """The branch's state from the lake (no Spark)."""
     settings, now = lake.settings, lake.current_time()
     state = read_state(_tables(lake))
-    plan = plan_load_days(
-        state.run_limits(settings, now),
+    plan, _ = next_load_days(
+        state.load_window(settings, now),
         state.pending_load_days(settings.start_date),
         settings.backfill_limit_days,
         now,

@@ -306,3 +306,27 @@ def accounting_differences(
                 f"daily_aggregates (horizon {horizon}) + {pending} pending"
             )
     return out
+
+
+def aggregation_horizons(
+    decisions: Iterable[DecisionRecord],
+    aggregated: Mapping[dt.date, AggregationRecord],
+    counts: Mapping[tuple[dt.date, dt.date], int],
+    event_days: Iterable[dt.date],
+    all_loaded_rows: bool,
+) -> dict[dt.date, dt.date | None]:
+    """The horizon each event day is recomputed up to: the decided one, or (keyhole repair) the
+    last load day holding rows of it, whichever is later."""
+    decided = decided_horizons(
+        ((r.load_date, r.event_date, r.decision) for r in decisions),
+        {d: a.horizon for d, a in aggregated.items()},
+    )
+    out: dict[dt.date, dt.date | None] = {}
+    for day in event_days:
+        horizon = decided.get(day)
+        if all_loaded_rows:
+            loaded = [ld for (ld, d), rows in counts.items() if d == day and rows > 0]
+            if loaded and (horizon is None or max(loaded) > horizon):
+                horizon = max(loaded)
+        out[day] = horizon
+    return out

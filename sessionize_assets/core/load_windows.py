@@ -1,4 +1,5 @@
-"""Run limits of the time-based branch (SPEC section 5): which load days one run takes on.
+"""Load windows of the time-based branch (SPEC section 5, its "run limits"): which load days one
+run takes on.
 
 A run starts at the day of the last processed load time (that day is re-run in full: it may have
 grown) and takes at most `backfill_limit_days` further load days, up to now. Windows are half-open
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from sessionize_assets.core.clock import as_utc, midnight
 from sessionize_assets.core.cursor import CursorConfig, Window, plan_windows
 
 ONE_DAY = dt.timedelta(days=1)
@@ -35,18 +37,9 @@ class RunState(StrEnum):
         }[self]
 
 
-def midnight(day: dt.date) -> dt.datetime:
-    """The first instant (UTC) of a day."""
-    return dt.datetime.combine(day, dt.time.min, tzinfo=dt.UTC)
-
-
-def _utc(value: dt.datetime) -> dt.datetime:
-    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
-
-
 def load_days_between(start: dt.datetime, end: dt.datetime) -> list[dt.date]:
     """The load days that overlap the half-open window `[start, end)`, ascending."""
-    start, end = _utc(start), _utc(end)
+    start, end = as_utc(start), as_utc(end)
     if end <= start:
         return []
     days = []
@@ -58,7 +51,7 @@ def load_days_between(start: dt.datetime, end: dt.datetime) -> list[dt.date]:
 
 
 @dataclass(frozen=True)
-class RunLimits:
+class LoadWindow:
     """A run's state and its half-open window `[start, end)` of load time."""
 
     state: RunState
@@ -80,12 +73,12 @@ class RunLimits:
         return f"{self.state.sentence}: processing load times in [{self.start.isoformat()}, {self.end.isoformat()})"
 
 
-def run_limits(
+def load_window(
     start_date: dt.date,
     backfill_limit_days: int,
     now: dt.datetime,
     last_success: Mapping[str, dt.datetime | None],
-) -> RunLimits:
+) -> LoadWindow:
     """The state and window of a time-based run.
 
     `last_success` maps each load-day model (filtered_events, days_to_process) to the last load time
@@ -98,9 +91,9 @@ def run_limits(
     """
     if backfill_limit_days < 1:
         raise ValueError("backfill_limit_days must be at least 1")
-    now = _utc(now)
+    now = as_utc(now)
     limit = dt.timedelta(days=backfill_limit_days)
-    values = {name: (_utc(v) if v is not None else None) for name, v in last_success.items()}
+    values = {name: (as_utc(v) if v is not None else None) for name, v in last_success.items()}
     done = [v for v in values.values() if v is not None]
     first = midnight(start_date)
     if not done:
@@ -116,14 +109,14 @@ def run_limits(
     else:
         start = midnight(max(done).date())
         state, end = RunState.STANDARD, min(start + limit + ONE_DAY, now)
-    return RunLimits(state=state, start=start, end=max(end, start), last_success=dict(values))
+    return LoadWindow(state=state, start=start, end=max(end, start), last_success=dict(values))
 
 
 @dataclass(frozen=True)
 class RunPlan:
     """The load days one run takes on, in order, and why the others wait."""
 
-    limits: RunLimits
+    window: LoadWindow
     load_days: tuple[dt.date, ...]
     # Pending load days before the window: new rows landed in already-processed load days.
     earlier: tuple[dt.date, ...] = ()
@@ -138,7 +131,7 @@ class RunPlan:
 
     def lines(self) -> list[str]:
         """What the plan is, in sentences."""
-        out = [self.limits.describe()]
+        out = [self.window.describe()]
         if self.passed_over:
             out.append(
                 f"Load days {self.passed_over[0]} to {self.passed_over[1]} hold no new data: marked done "
@@ -167,7 +160,7 @@ class RunPlan:
 
 
 def plan_load_days(
-    limits: RunLimits,
+    limits: LoadWindow,
     pending: Iterable[dt.date],
     backfill_limit_days: int,
     now: dt.datetime,
@@ -178,7 +171,7 @@ def plan_load_days(
     window holds no pending load day but later ones exist, the days in between hold no new data:
     the window moves to the first pending day (same width), so a gap in the loads never stalls runs.
     """
-    now = _utc(now)
+    now = as_utc(now)
     pending_days = sorted({d for d in pending if midnight(d) < now})
     start_day = limits.start.date()
     window_days = set(limits.load_days)
@@ -189,7 +182,7 @@ def plan_load_days(
     if not earlier and not inside and later:
         new_start = midnight(later[0])
         span = dt.timedelta(days=backfill_limit_days) + ONE_DAY
-        moved = RunLimits(
+        moved = LoadWindow(
             state=limits.state,
             start=new_start,
             end=min(new_start + span, now),
@@ -204,7 +197,7 @@ def plan_load_days(
     cap = backfill_limit_days + 1
     candidates = earlier + inside
     return RunPlan(
-        limits=limits,
+        window=limits,
         load_days=tuple(candidates[:cap]),
         earlier=tuple(d for d in earlier[:cap]),
         deferred=tuple(candidates[cap:] + later),
@@ -218,7 +211,7 @@ def last_processed_load_times(
     """Per model, the greatest load time it has processed (None: nothing yet)."""
     out: dict[str, dt.datetime | None] = {}
     for model, values in max_load_tstamps.items():
-        present = [_utc(v) for v in values if v is not None]
+        present = [as_utc(v) for v in values if v is not None]
         out[model] = max(present) if present else None
     return out
 

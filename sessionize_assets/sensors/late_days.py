@@ -27,10 +27,12 @@ from dagster import (
     sensor,
 )
 
-from sessionize_assets.assets.time_based import REQUESTED_BY_TAG, TimeBasedTables, read_state
-from sessionize_assets.jobs import TIME_BASED_LANE
+from sessionize_assets.core.planning import finish_due, ready_event_days
+from sessionize_assets.jobs import REQUESTED_BY_TAG, TIME_BASED_LANE
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.settings import Settings
+from sessionize_assets.time_based.state import read_state
+from sessionize_assets.time_based.tables import TimeBasedTables
 
 SENSOR_NAME = "late_days_sensor"
 
@@ -47,13 +49,11 @@ def plan_late_day_requests(
     (done) are forgotten so the cursor stays small.
     """
     to_request = []
-    waiting = []
     new = {}
-    for day, decided_at in sorted(outstanding.items()):
-        key, stamp = day.isoformat(), decided_at.isoformat()
-        if day > last_partition:
-            waiting.append(key)
-            continue
+    ready, later = ready_event_days(outstanding, last_partition)
+    waiting = [d.isoformat() for d in later]
+    for day in ready:
+        key, stamp = day.isoformat(), outstanding[day].isoformat()
         if requested.get(key) != stamp:
             to_request.append((key, stamp))
         new[key] = stamp
@@ -94,7 +94,9 @@ def build_sensors(settings: Settings) -> list[SensorDefinition]:
             for day, stamp in to_request
         ]
         new_cursor = {"requested": requested, "attributes": cursor.get("attributes")}
-        if not requested and state.attributes_stale(now.date()):
+        if not requested and finish_due(
+            state.daily_aggregates_version is not None, False, state.attributes_stale(now.date())
+        ):
             key = attributes_request_key(state.daily_aggregates_version or 0, now.date())
             if cursor.get("attributes") != key:
                 runs.append(

@@ -14,12 +14,14 @@ from dagster import (
     sensor,
 )
 
-from sessionize_assets.assets.time_based import TimeBasedTables, read_state
+from sessionize_assets.core.planning import next_load_days
+from sessionize_assets.ingest.load_days import EMPTY_FINGERPRINT
 from sessionize_assets.jobs import LOAD_DAY_JOB, TIME_BASED_LANE
-from sessionize_assets.load_days import EMPTY_FINGERPRINT
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.manifest_lock import blocked_items
 from sessionize_assets.settings import Settings
+from sessionize_assets.time_based.state import read_state
+from sessionize_assets.time_based.tables import TimeBasedTables
 
 
 def plan_requests(
@@ -58,8 +60,9 @@ def build_sensors(settings: Settings) -> list[SensorDefinition]:
         minimum_interval_seconds=30,
         default_status=DefaultSensorStatus.RUNNING,
         description=(
-            "Requests filtered_events + days_to_process for every load day whose files in `events` "
-            "changed since filtered_events last consumed them (new commits by any writer)."
+            "Requests filtered_events + days_to_process for the load days whose files in `events` "
+            "changed since filtered_events last consumed them (new commits by any writer), "
+            "planned as `sessionize run` plans them: within the load window, in order."
         ),
     )
     def new_loads_sensor(context: SensorEvaluationContext, lake: LakeResource):
@@ -74,19 +77,28 @@ def build_sensors(settings: Settings) -> list[SensorDefinition]:
                 ),
                 cursor=context.cursor,
             )
-        today = lake.current_time().date()
-        consumed = {d: a.events_fingerprint for d, a in state.accounting.items()}
-        # Pending = files changed since filtered_events consumed them, or days_to_process behind
-        # filtered_events; only days that are partitions (start_date .. today).
-        pending = {
-            d: f"{state.events_fingerprints.get(d, EMPTY_FINGERPRINT)}/{consumed.get(d, '-')}"
-            for d in state.pending_load_days(since=settings.start_date)
-            if d <= today
-        }
-        blocked = set(blocked_items(lake, "filtered_events", [d.isoformat() for d in pending]))
-        to_request, requested, skipped = plan_requests(
-            pending, cursor.get("requested", {}), blocked
+        now = lake.current_time()
+        # The shared planner (core.planning) picks the load days, as `sessionize run` does: the
+        # pending ones inside the load window, at most backfill_limit_days + 1, earlier days with
+        # late rows first, none the processing manifest blocks.
+        pending_days = state.pending_load_days(since=settings.start_date)
+        blocked_keys = set(
+            blocked_items(lake, "filtered_events", [d.isoformat() for d in pending_days])
         )
+        plan, held = next_load_days(
+            state.load_window(settings, now),
+            pending_days,
+            settings.backfill_limit_days,
+            now,
+            blocked={d for d in pending_days if d.isoformat() in blocked_keys},
+        )
+        consumed = {d: a.events_fingerprint for d, a in state.accounting.items()}
+        planned = {
+            d: f"{state.events_fingerprints.get(d, EMPTY_FINGERPRINT)}/{consumed.get(d, '-')}"
+            for d in plan.load_days
+        }
+        to_request, requested, _ = plan_requests(planned, cursor.get("requested", {}))
+        skipped = [d.isoformat() for d in held]
         version = state.events_version
         new_cursor = json.dumps({"version": version, "requested": requested}, sort_keys=True)
         for key in skipped:

@@ -115,8 +115,8 @@ def test_not_a_folder_is_one_sentence(tmp_path):
 def test_the_command_loads_each_file_once_across_calls(spark, tmp_path, capsys):
     from sessionize_assets.generator import generate
     from sessionize_assets.home import Home
+    from sessionize_assets.resources.cursor_store import read_cursor_state
     from sessionize_assets.resources.delta import read_small_table
-    from sessionize_assets.resources.processing_manifest import read_cursor_state
 
     landing = tmp_path / "landing"
     summary = generate(landing, start_date="2024-03-01", days=3, events_per_day=40, seed=3)

@@ -11,7 +11,6 @@ from dagster import AssetKey, AssetRecordsFilter, DagsterInstance
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from sessionize_assets.assets.time_based import TimeBasedTables, read_state
 from sessionize_assets.commands.time_based import (
     backfill_time_based,
     run_time_based,
@@ -21,7 +20,9 @@ from sessionize_assets.commands.time_based import (
 from sessionize_assets.core import aggregates as agg
 from sessionize_assets.core import attributes as attrs
 from sessionize_assets.core.filtering import duplicate_event_ids
-from sessionize_assets_tests.assets.test_time_based import ROWS, append_events, day, make_lake
+from sessionize_assets.time_based.state import read_state
+from sessionize_assets.time_based.tables import TimeBasedTables
+from sessionize_assets_tests.time_based.test_steps import ROWS, append_events, day, make_lake
 from sessionize_assets_tests.core.test_filtering import event
 
 

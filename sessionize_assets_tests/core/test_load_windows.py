@@ -13,8 +13,8 @@ from sessionize_assets.core.load_windows import (
     backfill_windows,
     last_processed_load_times,
     load_days_between,
+    load_window,
     plan_load_days,
-    run_limits,
 )
 
 UTC = dt.UTC
@@ -108,7 +108,7 @@ LATER = t("2022-01-01T00:00:00")
     ],
 )
 def test_run_limits(last_success, now, state, start, end) -> None:
-    limits = run_limits(START, 30, now, last_success)
+    limits = load_window(START, 30, now, last_success)
     assert limits.state == state
     assert limits.start == t(start if "T" in start else start + "T00:00:00")
     assert limits.end == t(end if "T" in end else end + "T00:00:00")
@@ -116,16 +116,16 @@ def test_run_limits(last_success, now, state, start, end) -> None:
 
 
 def test_run_limits_window_load_days() -> None:
-    limits = run_limits(START, 30, LATER, {"a": None})
+    limits = load_window(START, 30, LATER, {"a": None})
     assert limits.load_days[0] == START and limits.load_days[-1] == d("2021-01-30")
     assert len(limits.load_days) == 30
-    standard = run_limits(START, 30, LATER, {"a": t("2021-03-01T18:00:00")})
+    standard = load_window(START, 30, LATER, {"a": t("2021-03-01T18:00:00")})
     assert len(standard.load_days) == 31  # the last day again + B further
 
 
 def test_run_limits_rejects_zero_limit() -> None:
     with pytest.raises(ValueError):
-        run_limits(START, 0, LATER, {})
+        load_window(START, 0, LATER, {})
 
 
 @pytest.mark.parametrize(
@@ -147,7 +147,7 @@ def days(*values: str) -> tuple[dt.date, ...]:
     return tuple(d(v) for v in values)
 
 
-STANDARD = run_limits(START, 3, LATER, {"a": t("2021-03-01T18:00:00")})  # [03-01, 03-05)
+STANDARD = load_window(START, 3, LATER, {"a": t("2021-03-01T18:00:00")})  # [03-01, 03-05)
 
 
 @pytest.mark.parametrize(
@@ -206,8 +206,8 @@ def test_plan_ignores_load_days_in_the_future() -> None:
 
 def test_moved_window_is_capped_by_now() -> None:
     plan = plan_load_days(STANDARD, [d("2021-03-10")], 3, t("2021-03-10T08:00:00"))
-    assert plan.limits.start == t("2021-03-10T00:00:00")
-    assert plan.limits.end == t("2021-03-10T08:00:00")
+    assert plan.window.start == t("2021-03-10T00:00:00")
+    assert plan.window.end == t("2021-03-10T08:00:00")
     assert plan.load_days == days("2021-03-10")
 
 

@@ -10,10 +10,14 @@ import pytest
 from sessionize_assets.core.cursor import CursorConfig, CursorState, run_slices
 from sessionize_assets.core.manifest_state import ItemStatus, Record, RecordState
 from sessionize_assets.errors import ItemLockedError, UserError
-from sessionize_assets.resources.processing_manifest import (
-    BUCKETS,
+from sessionize_assets.resources.cursor_store import (
     CursorCheckpointStore,
     CursorConflictError,
+    read_cursor_history,
+    read_cursor_state,
+)
+from sessionize_assets.resources.processing_manifest import (
+    BUCKETS,
     LockLostError,
     ManifestStateError,
     ProcessingManifest,
@@ -22,8 +26,6 @@ from sessionize_assets.resources.processing_manifest import (
     item_state,
     item_states,
     last_processed_payload,
-    read_cursor_history,
-    read_cursor_state,
     read_records,
 )
 

@@ -11,16 +11,11 @@ import pytest
 from dagster import DagsterInstance, SensorResult, build_sensor_context
 from deltalake import write_deltalake
 
-from sessionize_assets.assets.time_based import (
-    DECISIONS_SCHEMA,
-    HORIZONS_SCHEMA,
-    TimeBasedTables,
-    replace_small,
-    upsert_small,
-)
+from sessionize_assets.resources.delta import replace_small, upsert_small
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.sensors.late_days import build_sensors, plan_late_day_requests
 from sessionize_assets.settings import from_mapping
+from sessionize_assets.time_based.tables import DECISIONS_SCHEMA, HORIZONS_SCHEMA, TimeBasedTables
 
 UTC = dt.UTC
 SETTINGS = from_mapping({"start_date": "2024-03-01"})

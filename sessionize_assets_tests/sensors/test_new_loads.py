@@ -9,7 +9,7 @@ from dagster import DagsterInstance, build_sensor_context
 from pyspark.sql import functions as F
 
 from sessionize_assets.home import Home
-from sessionize_assets.load_days import EMPTY_FINGERPRINT
+from sessionize_assets.ingest.load_days import EMPTY_FINGERPRINT
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.tables import EVENTS
 from sessionize_assets.sensors.new_loads import build_sensors, plan_requests
@@ -48,9 +48,9 @@ def _consume(home, instance, day: str) -> None:
     """Materialize the load day for real (filtered_events + days_to_process)."""
     from dagster import AssetSpec, materialize
 
-    from sessionize_assets.assets.time_based import build_assets as time_based_assets
     from sessionize_assets.partitions import daily_partitions
     from sessionize_assets.resources.spark import SparkDeltaResource
+    from sessionize_assets.time_based.assets import build_assets as time_based_assets
 
     settings = Settings(start_date=dt.date(2024, 1, 1))
     lake = LakeResource(home=str(home), now="2024-03-10T00:00:00")
@@ -141,7 +141,7 @@ def test_several_loads_between_ticks_no_repeats_and_restart(spark, home, instanc
 
 
 def test_empty_fingerprint_marks_a_day_whose_files_were_removed():
-    from sessionize_assets.load_days import changed_load_days
+    from sessionize_assets.ingest.load_days import changed_load_days
 
     d = dt.date(2024, 3, 1)
     assert changed_load_days({}, {d: "abc"}) == [d]

@@ -7,7 +7,7 @@ from pyspark.sql import functions as F
 
 from sessionize_assets.errors import UserError
 from sessionize_assets.home import Home
-from sessionize_assets.loader import file_sha256, load_paths
+from sessionize_assets.ingest.loader import file_sha256, load_paths
 from sessionize_assets.resources.tables import EVENTS, INVALID_EVENTS, LOAD_LOG
 from sessionize_assets.settings import Settings
 from sessionize_assets_tests.conftest import ORACLE_DIR
@@ -238,7 +238,7 @@ def _day_file(folder: Path, name: str, day: str, ids: list[str], extra: str = "x
 
 
 def test_plan_batches_keeps_order_and_caps_files_and_bytes():
-    from sessionize_assets.loader import plan_batches
+    from sessionize_assets.ingest.loader import plan_batches
 
     assert plan_batches([]) == []
     assert plan_batches([10, 10, 10, 10, 10], max_files=2, max_bytes=1000) == [[0, 1], [2, 3], [4]]

@@ -6,7 +6,7 @@ import datetime as dt
 
 from dagster import AssetMaterialization, AssetSpec, DagsterInstance, MetadataValue
 
-from sessionize_assets.loader import LoadReport
+from sessionize_assets.ingest.loader import LoadReport
 from sessionize_assets.partitions import daily_partitions
 from sessionize_assets.settings import Settings
 

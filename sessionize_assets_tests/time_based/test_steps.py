@@ -14,15 +14,6 @@ import yaml
 from dagster import AssetKey, AssetRecordsFilter, AssetSpec, DagsterInstance, materialize
 from deltalake import write_deltalake
 
-from sessionize_assets.assets.time_based import (
-    AccountingRecord,
-    TimeBasedState,
-    TimeBasedTables,
-    build_assets,
-    files_in,
-    is_keyhole_run,
-    read_state,
-)
 from sessionize_assets.checks import (
     accounting_invariant,
     build_checks,
@@ -31,6 +22,14 @@ from sessionize_assets.checks import (
 from sessionize_assets.partitions import daily_partitions
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import SparkDeltaResource
+from sessionize_assets.time_based.assets import build_assets, is_keyhole_run
+from sessionize_assets.time_based.state import (
+    AccountingRecord,
+    TimeBasedState,
+    files_in,
+    read_state,
+)
+from sessionize_assets.time_based.tables import TimeBasedTables
 from sessionize_assets_tests.core.test_filtering import EVENTS_SCHEMA, event
 
 SETTINGS = {
@@ -429,7 +428,7 @@ def test_pending_load_days_and_last_success_from_the_state() -> None:
     )
     assert current.pending_load_days() == []
     settings = make_lake_settings()
-    limits = current.run_limits(settings, dt.datetime(2024, 3, 9, tzinfo=dt.UTC))
+    limits = current.load_window(settings, dt.datetime(2024, 3, 9, tzinfo=dt.UTC))
     assert limits.state.value == "standard" and limits.start == dt.datetime(
         2024, 3, 2, tzinfo=dt.UTC
     )
@@ -452,7 +451,7 @@ def test_pending_load_days_and_last_success_from_the_state() -> None:
         "days_to_process": None,
     }
     assert (
-        behind.run_limits(settings, dt.datetime(2024, 3, 9, tzinfo=dt.UTC)).state.value
+        behind.load_window(settings, dt.datetime(2024, 3, 9, tzinfo=dt.UTC)).state.value
         == "out of sync"
     )
 

@@ -1,0 +1,1 @@
+"""The time-based branch: tables, state (delta-rs), steps (Spark), assets (Dagster)."""

@@ -1,0 +1,205 @@
+"""The time-based branch's assets (SPEC section 5): filtered_events -> days_to_process ->
+daily_aggregates -> attributes, plus the daily_aggregation_manifest. Declarations only: each asset
+takes the processing-manifest lock on its partitions (`guarded`) and calls its step
+(`time_based.steps`).
+"""
+
+import datetime as dt
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from dagster import (
+    AssetDep,
+    AssetExecutionContext,
+    AssetsDefinition,
+    BackfillPolicy,
+    Config,
+    MaterializeResult,
+    asset,
+)
+
+from sessionize_assets.jobs import REQUESTED_BY_TAG
+from sessionize_assets.partitions import daily_partitions, late_day_lineage
+from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.manifest_lock import partition_locks
+from sessionize_assets.resources.spark import SparkDeltaResource
+from sessionize_assets.settings import Settings
+from sessionize_assets.time_based.steps import (
+    StepResult,
+    attributes_step,
+    daily_aggregates_step,
+    days_to_process_step,
+    filtered_events_step,
+    manifest_step,
+)
+from sessionize_assets.time_based.tables import TimeBasedTables
+
+GROUP = "time_based"
+
+
+class DailyAggregatesConfig(Config):
+    """`all_loaded_rows`: recompute with every row loaded so far (keyhole repair). Default: only
+    for runs of a Dagster backfill of daily_aggregates itself."""
+
+    all_loaded_rows: bool | None = None
+
+
+def guarded(
+    context: AssetExecutionContext,
+    asset_name: str,
+    keys: Sequence[str],
+    body: Callable[[], StepResult],
+) -> MaterializeResult:
+    """The one place every partitioned materialization of this branch runs through: the
+    processing-manifest lock on items `<asset>/<partition>` wraps `body` here."""
+    with partition_locks(context, asset_name, keys) as payloads:
+        result = body()
+        for payload in payloads:
+            payload.update({"run_keys": list(keys), **_payload_facts(result.metadata)})
+    context.log.info(
+        f"{asset_name} {', '.join(keys)}: {json.dumps(result.metadata, default=str)[:2000]}"
+    )
+    return MaterializeResult(metadata=result.dagster_metadata())
+
+
+def _payload_facts(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """The scalar facts of a materialization, for the Processed record's payload."""
+    return {str(k): v for k, v in metadata.items() if isinstance(v, int | float | str | bool)}
+
+
+def _keys_as_days(context: AssetExecutionContext) -> list[dt.date]:
+    return [dt.date.fromisoformat(k) for k in context.partition_keys]
+
+
+def is_keyhole_run(tags: Mapping[str, str], configured: bool | None) -> bool:
+    """A run of daily_aggregates is a keyhole repair when configured so, or (by default) when it is
+    part of a Dagster backfill not launched by the late-days sensor."""
+    if configured is not None:
+        return configured
+    return "dagster/backfill" in tags and REQUESTED_BY_TAG not in tags
+
+
+def build_assets(settings: Settings) -> list[AssetsDefinition]:
+    """filtered_events, days_to_process, daily_aggregates, daily_aggregation_manifest, attributes."""
+    daily = daily_partitions(settings)
+    lineage = late_day_lineage(settings)
+    policy = BackfillPolicy.multi_run(max_partitions_per_run=settings.backfill_limit_days)
+
+    @asset(
+        name="filtered_events",
+        partitions_def=daily,
+        deps=[AssetDep("events")],
+        backfill_policy=policy,
+        group_name=GROUP,
+        kinds={"spark", "delta"},
+        description=(
+            "Rows of `events` of a load day, filtered (app_ids, event_names, start_date), with "
+            "event_date, deduplicated on event_id within the day and against the previous "
+            "dedupe_lookback_days load days. Partitioned by load_date and event_date."
+        ),
+    )
+    def filtered_events(
+        context: AssetExecutionContext, lake: LakeResource, spark: SparkDeltaResource
+    ) -> MaterializeResult:
+        days = _keys_as_days(context)
+        return guarded(
+            context,
+            "filtered_events",
+            context.partition_keys,
+            lambda: filtered_events_step(
+                spark.get_session(),
+                TimeBasedTables.at(lake.table),
+                lake.settings,
+                days,
+                lake.current_time(),
+            ),
+        )
+
+    @asset(
+        name="days_to_process",
+        partitions_def=daily,
+        deps=[AssetDep("filtered_events")],
+        backfill_policy=policy,
+        group_name=GROUP,
+        kinds={"delta"},
+        description=(
+            "For each event day a load day touches: rows, lateness, pending rows and the decision "
+            "to (re)aggregate it or skip it (reprocess_days, min_rows_to_process)."
+        ),
+    )
+    def days_to_process(context: AssetExecutionContext, lake: LakeResource) -> MaterializeResult:
+        days = _keys_as_days(context)
+        return guarded(
+            context,
+            "days_to_process",
+            context.partition_keys,
+            lambda: days_to_process_step(
+                TimeBasedTables.at(lake.table), lake.settings, days, lake.current_time()
+            ),
+        )
+
+    @asset(
+        name="daily_aggregates",
+        partitions_def=daily,
+        deps=[
+            AssetDep("filtered_events", partition_mapping=lineage),
+            AssetDep("days_to_process", partition_mapping=lineage),
+        ],
+        backfill_policy=policy,
+        group_name=GROUP,
+        kinds={"spark", "delta"},
+        description=(
+            "One row per (user, event day), recomputed in full from the rows of the day up to its "
+            "horizon. A Dagster backfill of this asset is a keyhole repair (every row loaded so far)."
+        ),
+    )
+    def daily_aggregates(
+        context: AssetExecutionContext,
+        config: DailyAggregatesConfig,
+        lake: LakeResource,
+        spark: SparkDeltaResource,
+    ) -> MaterializeResult:
+        days = _keys_as_days(context)
+        keyhole = is_keyhole_run(context.run.tags, config.all_loaded_rows)
+        return guarded(
+            context,
+            "daily_aggregates",
+            context.partition_keys,
+            lambda: daily_aggregates_step(
+                spark.get_session(), TimeBasedTables.at(lake.table), lake.settings, days, keyhole
+            ),
+        )
+
+    @asset(
+        name="daily_aggregation_manifest",
+        deps=[AssetDep("days_to_process"), AssetDep("daily_aggregates")],
+        group_name=GROUP,
+        kinds={"delta"},
+        description="Per event day: rows aggregated, pending, skipped so far, horizon, last processed at.",
+    )
+    def daily_aggregation_manifest(lake: LakeResource) -> MaterializeResult:
+        result = manifest_step(TimeBasedTables.at(lake.table))
+        return MaterializeResult(metadata=result.dagster_metadata())
+
+    @asset(
+        name="attributes",
+        deps=[AssetDep("daily_aggregates")],
+        group_name=GROUP,
+        kinds={"spark", "delta"},
+        description="Per user: lifetime and last-N-days metrics and configured attributes, dropped and recomputed.",
+    )
+    def attributes(lake: LakeResource, spark: SparkDeltaResource) -> MaterializeResult:
+        as_of = lake.current_time().date()
+        result = attributes_step(
+            spark.get_session(), TimeBasedTables.at(lake.table), lake.settings, as_of
+        )
+        return MaterializeResult(metadata=result.dagster_metadata())
+
+    return [
+        filtered_events,
+        days_to_process,
+        daily_aggregates,
+        daily_aggregation_manifest,
+        attributes,
+    ]

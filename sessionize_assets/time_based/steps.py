@@ -1,0 +1,547 @@
+"""The time-based branch's Spark steps, callable without Dagster (the assets, the commands and the
+tests call them): each reads Delta, calls the pure core (`core.filtering`, `core.late_days`,
+`core.aggregates`, `core.attributes`), writes Delta and returns a `StepResult`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from sessionize_assets.core import aggregates as agg
+from sessionize_assets.core import attributes as attrs
+from sessionize_assets.core import filtering
+from sessionize_assets.core.clock import as_date, as_utc_or_none
+from sessionize_assets.core.late_days import (
+    aggregation_horizons,
+    decide_load_days,
+    decided_horizons,
+    event_days_to_request,
+    latest_process_decisions,
+    rows_up_to_horizon,
+)
+from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE
+from sessionize_assets.ingest.load_days import EMPTY_FINGERPRINT
+from sessionize_assets.metadata import dagster_metadata
+from sessionize_assets.resources import shared_reads
+from sessionize_assets.resources.delta import (
+    add_actions,
+    delta_table,
+    exists,
+    replace_partitions,
+    replace_small,
+    upsert_small,
+)
+from sessionize_assets.settings import Settings
+from sessionize_assets.time_based.state import (
+    TimeBasedState,
+    files_in,
+    partition_counts,
+    read_state,
+)
+from sessionize_assets.time_based.tables import (
+    ACCOUNTING_SCHEMA,
+    DECISIONS_SCHEMA,
+    DROP_COLUMNS,
+    HORIZONS_SCHEMA,
+    MANIFEST_SCHEMA,
+    TimeBasedTables,
+)
+
+
+@dataclass
+class StepResult:
+    """What a step did: metadata for Dagster and facts for the commands' reports."""
+
+    metadata: dict[str, Any] = field(default_factory=dict)
+    used_spark: bool = False
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def dagster_metadata(self) -> dict[str, Any]:
+        return dagster_metadata(self.metadata)
+
+
+def _limits_metadata(state: TimeBasedState, settings: Settings, now: dt.datetime) -> dict[str, Any]:
+    limits = state.load_window(settings, now)
+    return {
+        "run state": limits.state.value,
+        "run window": f"[{limits.start.isoformat()}, {limits.end.isoformat()})",
+    }
+
+
+def filtered_events_step(
+    spark: SparkSession,
+    tables: TimeBasedTables,
+    settings: Settings,
+    load_days: Sequence[dt.date],
+    now: dt.datetime,
+) -> StepResult:
+    """Filter and deduplicate load days; replace exactly their rows; record the accounting.
+
+    Later load days (already materialized) that a change reaches through duplicates get their
+    consumed fingerprint invalidated, so they show up as pending and are redone.
+    """
+    started = time.monotonic()
+    days = sorted(set(load_days))
+    state = read_state(tables)
+    fingerprints = dict(state.events_fingerprints)  # read before the data: a newer load re-runs
+    previous = state.accounting
+    has_events = [d for d in days if d in fingerprints]
+    had_rows = [d for d in days if d in previous]
+    result = StepResult(metadata=_limits_metadata(state, settings, now))
+    result.metadata["load days"] = ", ".join(d.isoformat() for d in days)
+    if not has_events and not had_rows:
+        result.metadata.update(
+            {
+                "rows read": 0,
+                "rows written": 0,
+                "note": "no data in these load days: done without a Spark job",
+            }
+        )
+        result.metadata["time taken (s)"] = round(time.monotonic() - started, 3)
+        result.facts = {"accounting": {}, "reached": []}
+        return result
+
+    n = settings.dedupe_lookback_days
+    first, last = days[0] - dt.timedelta(days=n), days[-1] + dt.timedelta(days=n)
+    if not exists(tables.events):
+        raise RuntimeError(f"the events table at {tables.events} does not exist")
+    events = spark.read.format("delta").load(tables.events)
+    # The load days and their look-back days, scanned once: marking reads the load days twice
+    # (ranking copies, matching earlier ids) and the look-back days once more. Released as soon as
+    # `marked` below is computed.
+    window = events.filter(
+        (F.col(LOAD_DATE) >= F.lit(first)) & (F.col(LOAD_DATE) <= F.lit(last))
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+    rows = window.filter(F.col(LOAD_DATE).isin(days))
+    # Marked once and kept (in memory, spilling to disk for big load days): the counts, the reach
+    # check and the write then read `events` once, not once each (docs/benchmarks.md).
+    marked = filtering.mark_rows(
+        rows,
+        window.filter(F.col(LOAD_DATE) < F.lit(days[-1])),
+        n,
+        app_ids=settings.app_ids,
+        event_names=settings.event_names,
+        start_date=settings.start_date,
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        outcome_rows = filtering.outcome_counts(marked).collect()
+        window.unpersist()  # `marked` is filled: nothing reads the window again
+        # Load days whose input changed reach later, already materialized load days.
+        changed = [
+            d
+            for d in days
+            if previous.get(d) is None
+            or previous[d].events_fingerprint != fingerprints.get(d, EMPTY_FINGERPRINT)
+        ]
+        reached: list[dt.date] = []
+        later_materialized = [
+            d
+            for d in previous
+            if d not in days and any(c < d <= c + dt.timedelta(days=n) for c in changed)
+        ]
+        if changed and later_materialized and n > 0:
+            ids = marked.filter(F.col(LOAD_DATE).isin(changed)).select(LOAD_DATE, "event_id")
+            if exists(tables.filtered_events):
+                old = spark.read.format("delta").load(tables.filtered_events)
+                ids = ids.unionByName(
+                    old.filter(F.col(LOAD_DATE).isin(changed)).select(LOAD_DATE, "event_id")
+                )
+            later = events.filter(F.col(LOAD_DATE).isin(later_materialized))
+            reached = sorted(
+                r[LOAD_DATE] for r in filtering.load_days_reached(ids, later, n).collect()
+            )
+        kept = filtering.kept_rows(marked).repartition(LOAD_DATE, EVENT_DATE)
+        # --- the processing-manifest lock wraps from here (see `guarded`)
+        replace_partitions(
+            spark,
+            kept,
+            tables.filtered_events,
+            LOAD_DATE,
+            days,
+            [LOAD_DATE, EVENT_DATE],
+            properties={"delta.enableChangeDataFeed": "true"},
+        )
+    finally:
+        marked.unpersist()
+        window.unpersist()
+
+    per_day: dict[dt.date, dict[str, int]] = defaultdict(dict)
+    max_loaded: dict[dt.date, dt.datetime] = {}
+    for r in outcome_rows:
+        per_day[r[LOAD_DATE]][r["outcome"]] = r["rows"]
+        if r["max_load_tstamp"] is not None:
+            stamp = as_utc_or_none(r["max_load_tstamp"])
+            max_loaded[r[LOAD_DATE]] = max(stamp, max_loaded.get(r[LOAD_DATE], stamp))
+    materialization = uuid.uuid4().hex
+    materialized_at = dt.datetime.now(dt.UTC)
+    accounting_rows = []
+    accounts: dict[str, dict[str, int]] = {}
+    for day in days:
+        acc = filtering.accounting(per_day.get(day, {}))
+        accounts[day.isoformat()] = acc
+        if day not in has_events and day not in had_rows:
+            continue  # a load day without data is done without a record
+        accounting_rows.append(
+            {
+                LOAD_DATE: day,
+                "events_fingerprint": fingerprints.get(day, EMPTY_FINGERPRINT),
+                **acc,
+                "max_load_tstamp": max_loaded.get(day),
+                "materialization_id": materialization,
+                "materialized_at": materialized_at,
+            }
+        )
+    for day in reached:
+        old_row = previous[day]
+        accounting_rows.append(
+            {
+                LOAD_DATE: day,
+                "events_fingerprint": "redo: reached by duplicates of "
+                + ", ".join(c.isoformat() for c in changed),
+                "rows_read": old_row.rows_read,
+                "rows_kept": old_row.rows_kept,
+                **{c: old_row.dropped.get(c[len("dropped_") :], 0) for c in DROP_COLUMNS},
+                "max_load_tstamp": old_row.max_load_tstamp,
+                "materialization_id": old_row.materialization_id,
+                "materialized_at": old_row.materialized_at,
+            }
+        )
+    upsert_small(tables.accounting, accounting_rows, ACCOUNTING_SCHEMA, LOAD_DATE)
+
+    files_read, files_total = files_in(
+        tables.events,
+        LOAD_DATE,
+        [first + dt.timedelta(days=i) for i in range((last - first).days + 1)],
+    )
+    total = {k: sum(a[k] for a in accounts.values()) for k in next(iter(accounts.values()))}
+    result.used_spark = True
+    result.metadata.update(
+        {
+            "rows read": total["rows_read"],
+            "rows written": total["rows_kept"],
+            **{k.replace("_", " "): v for k, v in total.items() if k.startswith("dropped_")},
+            "accounting per load day": accounts,
+            "events files read": files_read,
+            "events files in table": files_total,
+            "later load days reached by duplicates (marked pending)": [
+                d.isoformat() for d in reached
+            ],
+            "time taken (s)": round(time.monotonic() - started, 3),
+        }
+    )
+    result.facts = {"accounting": accounts, "reached": reached}
+    return result
+
+
+def days_to_process_step(
+    tables: TimeBasedTables,
+    settings: Settings,
+    load_days: Sequence[dt.date],
+    now: dt.datetime,
+) -> StepResult:
+    """Decide the event days of load days, in ascending order; replace exactly their rows.
+
+    Reads no event data and starts no Spark job: rows per (load day, event day) come from
+    filtered_events' Delta log, and the decisions are written with delta-rs.
+    """
+    started = time.monotonic()
+    days = sorted(set(load_days))
+    state = read_state(tables)
+    result = StepResult(metadata=_limits_metadata(state, settings, now))
+    result.metadata["load days"] = ", ".join(d.isoformat() for d in days)
+    horizons = decided_horizons(
+        ((r.load_date, r.event_date, r.decision) for r in state.decisions),
+        {d: a.horizon for d, a in state.aggregated.items()},
+    )
+    previous: dict[dt.date, list[dt.date]] = defaultdict(list)
+    for r in state.decisions:
+        previous[r.load_date].append(r.event_date)
+    decisions = decide_load_days(
+        days,
+        state.counts,
+        horizons,
+        settings.reprocess_days,
+        settings.min_rows_to_process,
+        previous_event_days=previous,
+    )
+    decided_at = dt.datetime.now(dt.UTC)
+    had_rows = any(d in previous for d in days)
+    if decisions or had_rows:
+        rows = [
+            {
+                LOAD_DATE: x.load_date,
+                EVENT_DATE: x.event_date,
+                "rows": x.rows,
+                "is_late": x.is_late,
+                "horizon_before": x.horizon_before,
+                "pending": x.pending,
+                "decision": x.decision.value,
+                "reason": x.reason,
+                "decided_at": decided_at,
+                "filtered_materialization_id": (
+                    state.accounting[x.load_date].materialization_id
+                    if x.load_date in state.accounting
+                    else ""
+                ),
+                "max_load_tstamp": (
+                    state.accounting[x.load_date].max_load_tstamp
+                    if x.load_date in state.accounting
+                    else None
+                ),
+            }
+            for x in decisions
+        ]
+        # --- the processing-manifest lock wraps from here (see `guarded`)
+        replace_small(tables.days_to_process, rows, DECISIONS_SCHEMA, LOAD_DATE, days, [LOAD_DATE])
+        result.metadata["written with"] = "delta-rs (no Spark job)"
+
+    processed = [x for x in decisions if x.decision == "process"]
+    skipped = [x for x in decisions if x.decision == "skip"]
+    requested = event_days_to_request(decisions)
+    result.metadata.update(
+        {
+            "rows read": sum(x.rows for x in decisions),
+            "rows written": len(decisions),
+            "event days processed": len({x.event_date for x in processed}),
+            "event days skipped": len({x.event_date for x in skipped}),
+            "decisions": [
+                {
+                    "load day": x.load_date.isoformat(),
+                    "event day": x.event_date.isoformat(),
+                    "rows": x.rows,
+                    "pending": x.pending,
+                    "decision": x.decision.value,
+                    "reason": x.reason,
+                }
+                for x in decisions
+            ],
+            "skipped event days (pending rows)": {
+                x.event_date.isoformat(): x.pending for x in skipped
+            },
+            "daily_aggregates partitions requested": [d.isoformat() for d in requested],
+            "time taken (s)": round(time.monotonic() - started, 3),
+        }
+    )
+    if not decisions and not had_rows:
+        result.metadata["note"] = "no rows in these load days: nothing to decide"
+    result.facts = {"decisions": decisions, "requested": requested}
+    return result
+
+
+def daily_aggregates_step(
+    spark: SparkSession,
+    tables: TimeBasedTables,
+    settings: Settings,
+    event_days: Sequence[dt.date],
+    all_loaded_rows: bool = False,
+) -> StepResult:
+    """Recompute event days in full from their rows with load day <= horizon; replace exactly
+    their rows. `all_loaded_rows`: a keyhole repair that counts every row loaded so far."""
+    started = time.monotonic()
+    days = sorted(set(event_days))
+    state = read_state(tables)
+    version, counts = partition_counts(tables.filtered_events)
+    horizons = aggregation_horizons(
+        state.decisions, state.aggregated, counts, days, all_loaded_rows
+    )
+    latest = latest_process_decisions(state.decisions)
+    result = StepResult()
+    result.metadata["event days"] = ", ".join(d.isoformat() for d in days)
+    result.metadata["mode"] = (
+        "keyhole repair: every row loaded so far"
+        if all_loaded_rows
+        else "up to the decided horizon"
+    )
+    existing = state.daily_aggregates_version is not None
+    with_rows = [d for d in days if horizons[d] is not None]
+    aggregated_at = dt.datetime.now(dt.UTC)
+    rows_counted = {d: rows_up_to_horizon(counts, d, horizons[d]) for d in days}
+    files_read = 0
+    if with_rows or existing:
+        source = (
+            spark.read.format("delta").option("versionAsOf", version).load(tables.filtered_events)
+            if version is not None
+            else _empty_filtered(spark)
+        )
+        horizon_df = spark.createDataFrame(
+            [(d, horizons[d]) for d in with_rows],
+            T.StructType(
+                [
+                    T.StructField(EVENT_DATE, T.DateType()),
+                    T.StructField("_horizon_load_date", T.DateType()),
+                ]
+            ),
+        )
+        # Inside `sessionize run` the event days read here are kept for the session branch
+        # (resources/shared_reads.py); they are then persisted already and released by the run.
+        rows, shared = (
+            shared_reads.event_days(source, tables.filtered_events, version, with_rows)
+            if with_rows
+            else (source.limit(0), False)
+        )
+        rows = rows.join(F.broadcast(horizon_df), on=EVENT_DATE).filter(
+            F.col(LOAD_DATE) <= F.col("_horizon_load_date")
+        )
+        if not shared:
+            # Kept while the aggregate runs: it reads the rows twice (the counts per event name,
+            # the rest), and Spark would otherwise scan filtered_events twice.
+            rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+        if with_rows and version is not None:
+            files_read, _ = files_in(tables.filtered_events, EVENT_DATE, with_rows, version)
+        daily = (
+            agg.daily_aggregates(rows, settings.user_identifier, settings.attributes)
+            .join(F.broadcast(horizon_df), on=EVENT_DATE, how="left")
+            .withColumn("_aggregated_at", F.lit(aggregated_at).cast("timestamp"))
+            .select(
+                *agg.BASE_COLUMNS,
+                *[agg.attribute_column(d) for d in settings.attributes],
+                "_horizon_load_date",
+                "_aggregated_at",
+            )
+        )
+        # --- the processing-manifest lock wraps from here (see `guarded`)
+        try:
+            replace_partitions(
+                spark,
+                daily.repartition(EVENT_DATE),
+                tables.daily_aggregates,
+                EVENT_DATE,
+                days,
+                [EVENT_DATE],
+            )
+        finally:
+            if not shared:
+                rows.unpersist()
+        records = [
+            {
+                EVENT_DATE: d,
+                "horizon_load_date": horizons[d],
+                "rows_aggregated": rows_counted[d],
+                "decided_through": latest.get(d),
+                "aggregated_at": aggregated_at,
+                "all_loaded_rows": all_loaded_rows,
+            }
+            for d in days
+        ]
+        upsert_small(tables.horizons, records, HORIZONS_SCHEMA, EVENT_DATE)
+        result.used_spark = True
+    _, written_actions = add_actions(tables.daily_aggregates)
+    written = sum(
+        a["num_records"] or 0
+        for a in written_actions
+        if as_date(a[f"partition.{EVENT_DATE}"]) in set(days)
+    )
+    pending_after = {
+        d.isoformat(): sum(
+            r
+            for (ld, dd), r in counts.items()
+            if dd == d and (horizons[d] is None or ld > horizons[d])
+        )
+        for d in days
+    }
+    result.metadata.update(
+        {
+            "rows read": sum(rows_counted.values()),
+            "rows written": written,
+            "horizons": {
+                d.isoformat(): (h.isoformat() if h else None) for d, h in horizons.items()
+            },
+            "rows counted per event day": {d.isoformat(): r for d, r in rows_counted.items()},
+            "pending rows after (not counted yet)": pending_after,
+            "filtered_events files read": files_read,
+            "filtered_events version read": version if version is not None else -1,
+            "time taken (s)": round(time.monotonic() - started, 3),
+        }
+    )
+    if not result.used_spark:
+        result.metadata["note"] = "nothing decided for these event days: done without a Spark job"
+    result.facts = {"horizons": horizons, "rows": rows_counted}
+    return result
+
+
+def _empty_filtered(spark: SparkSession) -> DataFrame:
+    from sessionize_assets.core.schema import REQUIRED_COLUMNS, TIMESTAMP_COLUMNS
+
+    fields = [
+        T.StructField(c, T.TimestampType() if c in TIMESTAMP_COLUMNS else T.StringType())
+        for c in REQUIRED_COLUMNS
+    ]
+    fields += [T.StructField(LOAD_DATE, T.DateType()), T.StructField(EVENT_DATE, T.DateType())]
+    return spark.createDataFrame([], T.StructType(fields))
+
+
+def manifest_step(tables: TimeBasedTables) -> StepResult:
+    """Rewrite daily_aggregation_manifest from the state (no event data read, no Spark job)."""
+    started = time.monotonic()
+    rows = read_state(tables).manifest()
+    replace_small(tables.manifest, [dataclasses.asdict(r) for r in rows], MANIFEST_SCHEMA)
+    pending = {r.event_date.isoformat(): r.pending for r in rows if r.pending}
+    return StepResult(
+        metadata={
+            "rows read": sum(r.rows_loaded for r in rows),
+            "rows written": len(rows),
+            "event days": len(rows),
+            "event days with pending rows": len(pending),
+            "pending rows": sum(pending.values()),
+            "pending rows per event day": pending,
+            "event days awaiting aggregation": [
+                r.event_date.isoformat() for r in rows if r.awaiting_aggregation
+            ],
+            "event days not accounted": [r.event_date.isoformat() for r in rows if not r.accounted],
+            "time taken (s)": round(time.monotonic() - started, 3),
+        },
+        facts={"rows": rows},
+    )
+
+
+def attributes_step(
+    spark: SparkSession, tables: TimeBasedTables, settings: Settings, as_of: dt.date
+) -> StepResult:
+    """Drop and recompute attributes from daily_aggregates, as of a day."""
+    started = time.monotonic()
+    source = delta_table(tables.daily_aggregates)
+    version = source.version() if source is not None else None
+    if version is None:
+        return StepResult(
+            metadata={"rows read": 0, "rows written": 0, "note": "no daily_aggregates yet"}
+        )
+    daily = spark.read.format("delta").option("versionAsOf", version).load(tables.daily_aggregates)
+    out = attrs.attributes(daily, as_of, settings.attribute_windows_days, settings.attributes)
+    (
+        out.coalesce(1)
+        .write.format("delta")
+        .mode("overwrite")
+        .option("overwriteSchema", "true")
+        .option(
+            "userMetadata",
+            json.dumps({"daily_aggregates_version": version, "as_of": as_of.isoformat()}),
+        )
+        .save(tables.attributes)
+    )
+    _, read_actions = add_actions(tables.daily_aggregates, version)
+    _, written_actions = add_actions(tables.attributes)
+    return StepResult(
+        used_spark=True,
+        metadata={
+            "rows read": sum(a["num_records"] or 0 for a in read_actions),
+            "rows written": sum(a["num_records"] or 0 for a in written_actions),
+            "as_of": as_of.isoformat(),
+            "windows (days)": list(settings.attribute_windows_days),
+            "configured attributes": [d.name for d in settings.attributes],
+            "daily_aggregates version read": version,
+            "time taken (s)": round(time.monotonic() - started, 3),
+        },
+    )
