@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from sessionize_assets.core.clock import as_utc
 from sessionize_assets.errors import UserError
 
 DEFAULT_MAX_PARTITIONS = 10_000
@@ -116,15 +117,6 @@ ZERO = Duration(text="P0D")
 
 
 # ------------------------------------------------------------------------------- windows
-
-
-def as_utc(value: dt.datetime | str) -> dt.datetime:
-    """An instant in UTC: ISO 8601 text or datetime; no zone means UTC."""
-    if isinstance(value, str):
-        value = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    if value.tzinfo is None:
-        return value.replace(tzinfo=dt.UTC)
-    return value.astimezone(dt.UTC)
 
 
 @dataclass(frozen=True, order=True)

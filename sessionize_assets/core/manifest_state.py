@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from sessionize_assets.core.clock import as_utc
+
 
 class RecordState(StrEnum):
     """The state a record declares (seed 003's names)."""
@@ -57,13 +59,6 @@ SKIPPABLE = frozenset({ItemStatus.FREE, ItemStatus.PROCESSED, ItemStatus.FAIL_LO
 """Statuses in which a Skipped record is legal."""
 
 
-def _utc(value: dt.datetime) -> dt.datetime:
-    """The instant in UTC (naive values are taken as UTC)."""
-    if value.tzinfo is None:
-        return value.replace(tzinfo=dt.UTC)
-    return value.astimezone(dt.UTC)
-
-
 def parse_payload(value: Mapping[str, Any] | str | None) -> dict[str, Any] | None:
     """A payload as a dict: JSON text is parsed, None and "" stay None."""
     if value is None or value == "":
@@ -90,7 +85,7 @@ class Record:
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", RecordState(self.state))
         object.__setattr__(self, "payload", parse_payload(self.payload))
-        object.__setattr__(self, "time", _utc(self.time))
+        object.__setattr__(self, "time", as_utc(self.time))
         if self.previous_record_id == "":
             object.__setattr__(self, "previous_record_id", None)
 
@@ -232,7 +227,7 @@ def derive_item_state(
     if len(ids) > 1:
         raise ValueError(f"records of several items given: {sorted(ids)}")
     item = ordered[0].item_id if ordered else (item_id or "")
-    when = _utc(now) if now is not None else None
+    when = as_utc(now) if now is not None else None
 
     by_id: dict[str, Record] = {}
     problems: list[str] = []

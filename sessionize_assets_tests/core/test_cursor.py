@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sessionize_assets.core.clock import as_utc
 from sessionize_assets.core.cursor import (
     CursorConfig,
     CursorState,
@@ -16,7 +17,6 @@ from sessionize_assets.core.cursor import (
     Slice,
     Window,
     advance_state,
-    as_utc,
     finish_run,
     parse_duration,
     plan_slices,
