@@ -61,6 +61,10 @@ class Settings:
     min_rows_to_process: int = 1000
     dedupe_lookback_days: int = 3
     max_clock_skew_minutes: int = 10
+    # A load time more than this after "now" is implausible: the row is rejected, not landed.
+    max_load_ahead_minutes: int = 60
+    # The text encoding of CSV and JSON input files (a BOM, when present, wins).
+    input_encoding: str = "utf-8"
     app_ids: tuple[str, ...] = ()
     event_names: tuple[str, ...] = ()
     attribute_windows_days: tuple[int, ...] = (7, 30)
@@ -112,6 +116,17 @@ def _date(key: str, value: Any) -> dt.date:
         except ValueError:
             pass
     raise _fail(key, f"must be a date like 2020-01-01, got {value!r}")
+
+
+def _encoding(key: str, value: Any) -> str:
+    import codecs
+
+    if not isinstance(value, str) or not value.strip():
+        raise _fail(key, f"must name a text encoding such as utf-8 or latin-1, got {value!r}")
+    try:
+        return codecs.lookup(value.strip()).name
+    except LookupError:
+        raise _fail(key, f"names an unknown text encoding {value!r}") from None
 
 
 def _str_map(key: str, value: Any) -> dict[str, str]:
@@ -181,8 +196,11 @@ def from_mapping(raw: Mapping[str, Any], today: dt.date | None = None) -> Settin
             "reprocess_days",
             "dedupe_lookback_days",
             "max_clock_skew_minutes",
+            "max_load_ahead_minutes",
         ):
             values[key] = _int(key, value, 0)
+        elif key == "input_encoding":
+            values[key] = _encoding(key, value)
         elif key in ("max_session_days", "session_lookback_days", "session_gap_minutes"):
             values[key] = _int(key, value, 1)
         elif key == "min_rows_to_process":
@@ -278,6 +296,16 @@ def settings_file(home: Path, config: str | os.PathLike | None = None) -> Path |
     return path.resolve() if path.is_file() else None
 
 
+class _SettingsLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that dates stay text: `_date` parses them and names the key,
+    so `start_date: 2024-02-30` is a sentence about `start_date`, not a traceback."""
+
+
+_SettingsLoader.add_constructor(
+    "tag:yaml.org,2002:timestamp", lambda loader, node: loader.construct_scalar(node)
+)
+
+
 def load_settings(
     home: Path | None = None, config: str | os.PathLike | None = None, today: dt.date | None = None
 ) -> Settings:
@@ -287,7 +315,9 @@ def load_settings(
     if path is None:
         return from_mapping({}, today=today)
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_SettingsLoader) or {}
+    except UnicodeDecodeError:
+        raise SettingsError(f"The settings file {path} is not UTF-8 text.") from None
     except yaml.YAMLError as exc:
         raise SettingsError(f"The settings file {path} is not valid YAML: {exc}") from None
     try:

@@ -24,6 +24,9 @@ _TIMESTAMP_FORMATS = (
     "yyyy-MM-dd HH:mm:ss.SSSSSS",
     "yyyy-MM-dd HH:mm:ss.SSS",
     "yyyy-MM-dd HH:mm:ss",
+    "yyyy-MM-dd HH:mm:ss.SSSSSSXXX",
+    "yyyy-MM-dd HH:mm:ss.SSSXXX",
+    "yyyy-MM-dd HH:mm:ssXXX",
     "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
     "yyyy-MM-dd'T'HH:mm:ss.SSSXXX",
     "yyyy-MM-dd'T'HH:mm:ssXXX",
@@ -46,9 +49,19 @@ def apply_column_mapping(df: DataFrame, mapping: Mapping[str, str]) -> DataFrame
     return df
 
 
+def normalize_timestamp_text(text: Column) -> Column:
+    """Common RFC 3339 / ISO 8601 spellings brought to the ones the formats below read: a space
+    before the offset (`10:00:00 +01:00`), an offset without a colon (`+0000`), a `Z`, and
+    fractions longer than microseconds (nanoseconds are truncated, not rounded, as Spark does)."""
+    text = F.regexp_replace(text, r"\s+(Z|z|[+-]\d{2}:?\d{2})$", "$1")
+    text = F.regexp_replace(text, r"([+-]\d{2})(\d{2})$", "$1:$2")
+    text = F.regexp_replace(text, r"(?i)Z$", "+00:00")
+    return F.regexp_replace(text, r"(\.\d{6})\d+", "$1")
+
+
 def parse_timestamp(column: Column) -> Column:
     """A timestamp string (no zone = UTC) or timestamp -> TimestampType; null when unparseable."""
-    text = F.trim(column.cast("string"))
+    text = normalize_timestamp_text(F.trim(column.cast("string")))
     candidates = [F.try_to_timestamp(text, F.lit(fmt)) for fmt in _TIMESTAMP_FORMATS]
     return F.coalesce(*candidates)
 
@@ -106,12 +119,20 @@ def fill_load_tstamp(
     )
 
 
-def classify(df: DataFrame, max_clock_skew_minutes: int) -> DataFrame:
+def classify(
+    df: DataFrame,
+    max_clock_skew_minutes: int,
+    load_time_bounds: tuple[dt.datetime, dt.datetime] | None = None,
+) -> DataFrame:
     """Apply fall-backs and add `_invalid_reason` (null for usable rows).
 
-    Reasons, first that applies: the reader's own (wrong number of fields, invalid JSON), missing
-    event_id, unparseable timestamp (naming the column), missing event time, missing load time,
-    event time more than `max_clock_skew_minutes` after its load time.
+    Reasons, first that applies: the reader's own (wrong number of fields, invalid JSON,
+    undecodable bytes), missing event_id, unparseable timestamp (naming the column), missing event
+    time, missing load time, a load time outside `load_time_bounds` (`[earliest, latest]`:
+    before start_date, or later than now plus max_load_ahead_minutes: such a row would create a
+    load day that is never processed), event time more than `max_clock_skew_minutes` after its
+    load time. `_implausible_load` marks the rows rejected for their load time (they are filed
+    under the file's fallback day, not under the implausible one).
     """
     # Decide unparseable values before the fall-backs fill the nulls they leave.
     unparseable = F.coalesce(
@@ -129,6 +150,23 @@ def classify(df: DataFrame, max_clock_skew_minutes: int) -> DataFrame:
         df = df.withColumn(name, F.coalesce(name, "collector_tstamp"))
     reader_reason = F.col(REASON) if REASON in df.columns else F.lit(None).cast("string")
     skew = F.expr(f"INTERVAL {int(max_clock_skew_minutes)} MINUTES")
+    implausible = F.lit(None).cast("string")
+    if load_time_bounds is not None:
+        earliest, latest = (
+            F.lit(b.astimezone(dt.UTC).replace(tzinfo=None)).cast("timestamp")
+            for b in load_time_bounds
+        )
+        implausible = F.when(
+            F.col("load_tstamp") < earliest,
+            F.lit(f"implausible load time: before start_date ({load_time_bounds[0].date()})"),
+        ).when(
+            F.col("load_tstamp") > latest,
+            F.lit(
+                "implausible load time: after now + max_load_ahead_minutes "
+                f"({load_time_bounds[1].isoformat()})"
+            ),
+        )
+    df = df.withColumn("_implausible_load", implausible.isNotNull())
     reason = F.coalesce(
         reader_reason,
         F.when(F.col("event_id").isNull() | (F.trim("event_id") == ""), F.lit("missing event_id")),
@@ -138,6 +176,7 @@ def classify(df: DataFrame, max_clock_skew_minutes: int) -> DataFrame:
             F.lit("missing event time (derived_tstamp and collector_tstamp)"),
         ),
         F.when(F.col("load_tstamp").isNull(), F.lit("missing load_tstamp")),
+        implausible,
         F.when(
             F.col("derived_tstamp") > F.col("load_tstamp") + skew,
             F.lit(f"event time more than {max_clock_skew_minutes} minutes after its load time"),
@@ -154,7 +193,11 @@ def row_hash(columns: Sequence[str]) -> Column:
 
 def finish_valid(df: DataFrame, data_columns: Sequence[str]) -> DataFrame:
     """Usable rows: lineage columns added, helper columns dropped."""
-    helpers = [c for c in df.columns if c.startswith("_raw_") or c in (REASON, CORRUPT)]
+    helpers = [
+        c
+        for c in df.columns
+        if c.startswith("_raw_") or c in (REASON, CORRUPT, "_implausible_load")
+    ]
     return (
         df.where(F.col(REASON).isNull())
         .withColumn(ROW_HASH, row_hash(data_columns))
@@ -167,6 +210,8 @@ def invalid_load_date(df: DataFrame) -> Column:
     """The load day an unusable row is filed under in `invalid_events`."""
     # A row the reader could not parse has no load time of its own: the file's fallback day.
     unreadable = F.col("_unreadable") if "_unreadable" in df.columns else F.lit(False)
+    if "_implausible_load" in df.columns:
+        unreadable = unreadable | F.coalesce(F.col("_implausible_load"), F.lit(False))
     return F.when(unreadable, F.col("_fallback_load_date")).otherwise(
         F.coalesce(F.to_date("load_tstamp"), F.col("_fallback_load_date"))
     )

@@ -11,6 +11,7 @@ import datetime as dt
 import functools
 import hashlib
 import io
+import tempfile
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from sessionize_assets.core import validate
+from sessionize_assets.core.clock import midnight
 from sessionize_assets.core.schema import (
     LOAD_DATE,
     LOAD_ID,
@@ -31,6 +33,8 @@ from sessionize_assets.core.schema import (
     TIMESTAMP_COLUMNS,
 )
 from sessionize_assets.errors import UserError
+from sessionize_assets.ingest.decode import UNDECODABLE, DecodedFile, decode_file, first_line
+from sessionize_assets.ingest.decode import reason as decode_reason
 from sessionize_assets.resources.delta import read_small_table, table_exists
 from sessionize_assets.resources.tables import EVENTS, INVALID_EVENTS, LOAD_LOG
 from sessionize_assets.settings import Settings
@@ -169,9 +173,9 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _csv_header(path: Path) -> list[str]:
-    with path.open(newline="", encoding="utf-8") as handle:
-        first = handle.readline()
+def _csv_header(decoded: DecodedFile) -> list[str]:
+    path = decoded.source
+    first = first_line(decoded)
     header = next(csv.reader(io.StringIO(first)), [])
     if not header or any(not h.strip() for h in header):
         raise UserError(f"{path} has no usable CSV header row (a named column per field).")
@@ -180,22 +184,42 @@ def _csv_header(path: Path) -> list[str]:
     return [h.strip() for h in header]
 
 
-def read_raw(spark: SparkSession, path: Path) -> tuple[DataFrame, list[str]]:
+def _text_lines(spark: SparkSession, decoded: DecodedFile) -> DataFrame:
+    """The file's non-blank lines as `value`, with `_undecodable` set on lines whose bytes did not
+    decode (their `value` is the line with the bad bytes escaped; see `ingest.decode`)."""
+    lines = spark.read.text(str(decoded.readable.resolve())).where(F.trim("value") != "")
+    marked = F.col("value").startswith(UNDECODABLE)
+    return lines.select(
+        F.when(marked, F.substring("value", len(UNDECODABLE) + 1, 1 << 30))
+        .otherwise(F.col("value"))
+        .alias("value"),
+        marked.alias("_undecodable"),
+    )
+
+
+def read_raw(
+    spark: SparkSession, path: Path, decoded: DecodedFile | None = None
+) -> tuple[DataFrame, list[str]]:
     """The file's rows with their raw text in `_raw_text` and the reader's reason, if any.
 
-    Returns the DataFrame and its data columns (the file's own column names).
+    Returns the DataFrame and its data columns (the file's own column names). `decoded` is the
+    UTF-8 text to read for a CSV or JSON file (`ingest.decode.decode_file`; default: the file
+    itself, which must then be UTF-8).
     """
     fmt = FORMATS[path.suffix.lower()]
-    uri = str(path.resolve())
+    if fmt in ("csv", "json") and decoded is None:
+        decoded = DecodedFile(source=path, readable=path, encoding="utf-8")
+    undecodable = (
+        F.when(F.col("_undecodable"), F.lit(decode_reason(decoded.encoding))) if decoded else None
+    )
     if fmt == "csv":
-        header = _csv_header(path)
+        header = _csv_header(decoded)
         schema = ", ".join(f"`{h}` STRING" for h in header) + f", `{validate.CORRUPT}` STRING"
-        header_line = path.open(encoding="utf-8").readline().rstrip("\r\n")
-        lines = spark.read.text(uri).where(
-            (F.col("value") != header_line) & (F.trim("value") != "")
-        )
+        header_line = first_line(decoded)
+        lines = _text_lines(spark, decoded).where(F.col("value") != header_line)
         parsed = lines.select(
             F.col("value").alias("_raw_text"),
+            "_undecodable",
             F.from_csv(
                 "value",
                 schema,
@@ -205,37 +229,71 @@ def read_raw(spark: SparkSession, path: Path) -> tuple[DataFrame, list[str]]:
                     "escape": '"',
                 },
             ).alias("r"),
-        ).select("_raw_text", "r.*")
-        reason = F.when(
-            F.col(validate.CORRUPT).isNotNull(),
-            F.lit(f"wrong number of fields (expected {len(header)})"),
+        ).select("_raw_text", "_undecodable", "r.*")
+        reason = F.coalesce(
+            undecodable,
+            F.when(
+                F.col(validate.CORRUPT).isNotNull(),
+                F.lit(f"wrong number of fields (expected {len(header)})"),
+            ),
         )
-        # Empty CSV fields are missing values.
+        # Empty CSV fields are missing values; an undecodable line's fields are not read.
         for h in header:
-            parsed = parsed.withColumn(h, F.when(F.col(h) == "", F.lit(None)).otherwise(F.col(h)))
-        return parsed.withColumn(validate.REASON, reason).drop(validate.CORRUPT), header
+            parsed = parsed.withColumn(
+                h,
+                F.when((F.col(h) == "") | F.col("_undecodable"), F.lit(None)).otherwise(F.col(h)),
+            )
+        return parsed.withColumn(validate.REASON, reason).drop(
+            validate.CORRUPT, "_undecodable"
+        ), header
     if fmt == "json":
+        uri = str(decoded.readable.resolve())
         inferred = spark.read.json(uri).schema
         fields = [f for f in inferred.fields if f.name != validate.CORRUPT]
+        if not fields and decoded.undecodable_lines:
+            # Nothing decodable to infer a schema from: every line is rejected as undecodable.
+            fields = [T.StructField("event_id", T.StringType())]
         if not fields:
             raise UserError(f"{path} holds no JSON objects.")
         schema = T.StructType(fields + [T.StructField(validate.CORRUPT, T.StringType())])
-        lines = spark.read.text(uri).where(F.trim("value") != "")
+        lines = _text_lines(spark, decoded)
+        # A line holding a JSON array of objects is one row per element (Spark's own reader
+        # does the same); each element's text is its raw value.
+        elements = F.when(
+            ~F.col("_undecodable") & F.trim("value").startswith("["),
+            F.from_json("value", "array<string>"),
+        )
+        lines = lines.select(
+            F.explode(
+                F.when(F.size(elements) > 0, elements).otherwise(F.array(F.col("value")))
+            ).alias("value"),
+            "_undecodable",
+        )
         parsed = lines.select(
             F.col("value").alias("_raw_text"),
+            "_undecodable",
             F.from_json(
                 "value",
                 schema,
                 {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": validate.CORRUPT},
             ).alias("r"),
-        ).select("_raw_text", "r.*")
-        reason = F.when(
-            F.try_parse_json("_raw_text").isNull() | F.col(validate.CORRUPT).isNotNull(),
-            F.lit("not valid JSON"),
+        ).select("_raw_text", "_undecodable", "r.*")
+        reason = F.coalesce(
+            undecodable,
+            F.when(
+                F.try_parse_json("_raw_text").isNull() | F.col(validate.CORRUPT).isNotNull(),
+                F.lit("not valid JSON"),
+            ),
         )
-        return parsed.withColumn(validate.REASON, reason).drop(validate.CORRUPT), [
-            f.name for f in fields
-        ]
+        data = [f.name for f in fields]
+        for name in data:
+            parsed = parsed.withColumn(
+                name, F.when(F.col("_undecodable"), F.lit(None)).otherwise(F.col(name))
+            )
+        return parsed.withColumn(validate.REASON, reason).drop(
+            validate.CORRUPT, "_undecodable"
+        ), data
+    uri = str(path.resolve())
     frame = spark.read.parquet(uri)
     columns = list(frame.columns)
     raw = F.to_json(F.struct(*[F.col(c) for c in columns]))
@@ -308,11 +366,17 @@ def prepare_file(
     now: dt.datetime,
     load_tstamp: dt.datetime | None = None,
     load_tstamp_from: str | None = None,
+    work_dir: Path | None = None,
 ) -> PreparedFile:
-    """Plan one file's load: read, map columns, validate and classify every row (lazy, apart
-    from the header or JSON schema the reader needs). Raises UserError for unusable input."""
+    """Plan one file's load: decode (`ingest.decode`: a UTF-8 copy in `work_dir` when the file
+    needs one), read, map columns, validate and classify every row (lazy, apart from the header
+    or JSON schema the reader needs). Raises UserError for unusable input."""
     load_id = file_load_id(sha256)
-    raw, data_columns = read_raw(spark, path)
+    decoded = None
+    if FORMATS[path.suffix.lower()] in ("csv", "json"):
+        folder = work_dir or Path(tempfile.mkdtemp(prefix="sessionize-decoded-"))
+        decoded = decode_file(path, settings.input_encoding, folder)
+    raw, data_columns = read_raw(spark, path, decoded)
     raw = validate.apply_column_mapping(raw, settings.column_mapping)
     if load_tstamp_from is not None and load_tstamp_from not in raw.columns:
         raise UserError(
@@ -330,7 +394,14 @@ def prepare_file(
     )
     source = str(path.resolve())
     typed = (
-        validate.classify(typed, settings.max_clock_skew_minutes)
+        validate.classify(
+            typed,
+            settings.max_clock_skew_minutes,
+            load_time_bounds=(
+                midnight(settings.start_date),
+                now + dt.timedelta(minutes=settings.max_load_ahead_minutes),
+            ),
+        )
         .withColumn("_fallback_load_date", F.lit(fallback_day))
         .withColumn(SOURCE_FILE, F.lit(source))
         .withColumn(LOAD_ID, F.lit(load_id))
@@ -339,7 +410,7 @@ def prepare_file(
         c
         for c in typed.columns
         if not c.startswith("_raw_")
-        and c not in (validate.REASON, "_fallback_load_date", "_unreadable")
+        and c not in (validate.REASON, "_fallback_load_date", "_unreadable", "_implausible_load")
     ]
     keep = [c for c in all_columns if c not in (SOURCE_FILE, LOAD_ID)]
     valid = validate.finish_valid(
@@ -556,6 +627,38 @@ def load_paths(
     if load_tstamp is not None and load_tstamp_from is not None:
         raise UserError("Give either --load-tstamp or --load-tstamp-from, not both.")
     files = expand_paths(paths)
+    with tempfile.TemporaryDirectory(prefix="sessionize-decoded-") as work_dir:
+        return _load_files(
+            spark,
+            files,
+            settings,
+            tables,
+            now,
+            load_tstamp,
+            load_tstamp_from,
+            manifest_path,
+            max_files,
+            max_bytes,
+            load_run_id,
+            Path(work_dir),
+        )
+
+
+def _load_files(
+    spark: SparkSession,
+    files: Sequence[Path],
+    settings: Settings,
+    tables: dict[str, str],
+    now: dt.datetime,
+    load_tstamp: dt.datetime | None,
+    load_tstamp_from: str | None,
+    manifest_path: str | None,
+    max_files: int,
+    max_bytes: int,
+    load_run_id: str,
+    work_dir: Path,
+) -> LoadReport:
+    """`load_paths` once the files are known; decoded copies go to `work_dir`."""
     seen = loaded_hashes(tables[LOAD_LOG])
     entries: list[FileLoad | PreparedFile] = []
     for path in files:
@@ -570,7 +673,9 @@ def load_paths(
             )
             continue
         seen[sha] = str(path)  # a second copy in this call is skipped too
-        entries.append(prepare_file(spark, path, sha, settings, now, load_tstamp, load_tstamp_from))
+        entries.append(
+            prepare_file(spark, path, sha, settings, now, load_tstamp, load_tstamp_from, work_dir)
+        )
     prepared = [e for e in entries if isinstance(e, PreparedFile)]
     if prepared:
         events_path = tables[EVENTS]
