@@ -153,7 +153,7 @@ def cmd_verify(ctx: CommandContext) -> int:
 def cmd_export(ctx: CommandContext) -> int:
     from sessionize_assets.export import export_table
 
-    _print([export_table(None, ctx.home, ctx.args.table, Path(ctx.args.out))])
+    _print([export_table(None, ctx.home, ctx.args.table, Path(ctx.args.out), force=ctx.args.force)])
     return 0
 
 
@@ -268,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", help="write a table as CSV or Parquet (by the file's extension)")
     p.add_argument("table")
     p.add_argument("--out", required=True)
+    p.add_argument("--force", action="store_true", help="overwrite an existing file")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("manifest", help="operate the processing manifest")
