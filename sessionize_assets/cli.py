@@ -1,7 +1,9 @@
 """`sessionize`: the command line. It drives the same Definitions through Dagster's APIs and records
 its runs in the home's Dagster instance, so `sessionize ui` shows them.
 
-User mistakes are one sentence on stderr and exit code 2; a failed verification exits 1.
+Exit statuses (`core/outcomes.py`): 0 success, 1 differences found by `verify`, 2 a user mistake
+(one sentence), 3 an item held by another run or fail-locked, 4 a failed step (one sentence; the
+trace goes to `<home>/logs/engine.log`), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sessionize_assets.commands.context import CommandContext
-from sessionize_assets.errors import UserError
+from sessionize_assets.core.outcomes import ExitStatus
+from sessionize_assets.errors import ItemLockedError, UserError, one_sentence
 from sessionize_assets.home import Home
 from sessionize_assets.settings import parse_now
 
@@ -121,8 +124,9 @@ def cmd_load(ctx: CommandContext) -> int:
 def cmd_run(ctx: CommandContext) -> int:
     from sessionize_assets.pipeline import run_pipeline
 
-    _print(run_pipeline(ctx).lines())
-    return 0
+    report = run_pipeline(ctx)
+    _print(report.lines())
+    return int(report.exit_status)
 
 
 def cmd_backfill(ctx: CommandContext) -> int:
@@ -131,8 +135,9 @@ def cmd_backfill(ctx: CommandContext) -> int:
     a = ctx.args
     if a.end < a.start:
         raise UserError(f"--end {a.end} is before --start {a.start}.")
-    _print(backfill_pipeline(ctx, a.start, a.end, restart=a.restart).lines())
-    return 0
+    report = backfill_pipeline(ctx, a.start, a.end, restart=a.restart)
+    _print(report.lines())
+    return int(report.exit_status)
 
 
 def cmd_status(ctx: CommandContext) -> int:
@@ -330,16 +335,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", message=".*is currently in (beta|preview).*")
+    ctx = None
     try:
         ctx = CommandContext(args)
         quiet = args.command in QUIET_COMMANDS and not args.verbose
         with engine_logs_to_file(ctx.home, quiet):
             return args.func(ctx)
+    except ItemLockedError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return ExitStatus.BLOCKED
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return ExitStatus.USER_ERROR
     except KeyboardInterrupt:
-        return 130
+        return ExitStatus.INTERRUPTED
+    except Exception as exc:  # an engine error: one sentence here, the trace in the engine log
+        return _engine_error(exc, ctx, getattr(args, "verbose", False))
+
+
+def _engine_error(exc: BaseException, ctx: CommandContext | None, verbose: bool) -> int:
+    """Print an unexpected error as one sentence naming where the full trace is; exit 4."""
+    import traceback
+
+    trace = "".join(traceback.format_exception(exc))
+    where = "the console (--verbose)" if verbose else "stderr"
+    if ctx is not None:
+        folder = ctx.home.root / "logs"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(folder / "engine.log", "a", encoding="utf-8") as log:
+                log.write(trace)
+            where = str(folder / "engine.log")
+        except OSError:
+            pass
+    if verbose or where == "stderr":
+        print(trace, file=sys.stderr)
+    print(f"error: {one_sentence(exc)} (full trace in {where})", file=sys.stderr)
+    return ExitStatus.FAILED
 
 
 if __name__ == "__main__":

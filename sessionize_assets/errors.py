@@ -15,3 +15,27 @@ class MissingJarsError(UserError):
 
 class ItemLockedError(UserError):
     """A processing-manifest item is locked, fail-locked or skipped."""
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The innermost error behind `exc`: Dagster's step errors wrap the user's exception
+    (`user_exception`), Python chains others (`__cause__`)."""
+    seen: set[int] = set()
+    while id(exc) not in seen:
+        seen.add(id(exc))
+        inner = getattr(exc, "user_exception", None) or exc.__cause__
+        if inner is None or not isinstance(inner, BaseException):
+            break
+        exc = inner
+    return exc
+
+
+def one_sentence(exc: BaseException, limit: int = 300) -> str:
+    """An engine error (Spark, the JVM, delta-rs, Dagster) as one line: the root cause's kind and
+    the first line of its message, without a stack."""
+    cause = root_cause(exc)
+    lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    kind = type(cause).__name__
+    sentence = f"{kind}: {text}" if text else kind
+    return sentence if len(sentence) <= limit else sentence[: limit - 1] + "…"

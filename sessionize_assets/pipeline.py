@@ -4,9 +4,20 @@ and the demo: each branch's imperative shell, on the home's Dagster instance, wi
 from __future__ import annotations
 
 import datetime as dt
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from sessionize_assets.commands.context import CommandContext
+from sessionize_assets.core.outcomes import (
+    BranchOutcome,
+    BranchStatus,
+    ExitStatus,
+    exit_status,
+    summary_line,
+)
+from sessionize_assets.errors import ItemLockedError, UserError, one_sentence
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.shared_reads import sharing
 from sessionize_assets.resources.spark import SparkDeltaResource
@@ -22,14 +33,57 @@ def _spark_resource(ctx: CommandContext) -> SparkDeltaResource:
     return SparkDeltaResource(spark_config=dict(ctx.settings.spark))
 
 
+log = logging.getLogger(__name__)
+
+
 @dataclass
 class PipelineReport:
-    """What one `run` (or backfill) did, branch by branch."""
+    """What one `run` (or backfill) did, branch by branch, and how each branch ended."""
 
     sections: list[tuple[str, list[str]]] = field(default_factory=list)
+    outcomes: list[BranchOutcome] = field(default_factory=list)
 
     def lines(self) -> list[str]:
-        return [line for _, lines in self.sections for line in lines]
+        body = [line for _, lines in self.sections for line in lines]
+        return [*body, summary_line(self.outcomes)] if self.outcomes else body
+
+    @property
+    def exit_status(self) -> ExitStatus:
+        return exit_status(self.outcomes)
+
+
+def _guarded_branch(
+    report: PipelineReport, branch: str, body: Callable[[], Any], log_file: str
+) -> Any:
+    """Run one branch; a failure of it is recorded as its outcome (one sentence, the trace in the
+    engine log) instead of ending the command, so the other branch still runs."""
+    try:
+        return body()
+    except ItemLockedError as exc:
+        report.outcomes.append(BranchOutcome(branch, BranchStatus.BLOCKED, str(exc)))
+    except UserError:
+        raise
+    except Exception as exc:  # an engine error: Spark, the JVM, Delta, Dagster
+        log.error("%s failed", branch, exc_info=exc)
+        sentence = one_sentence(exc)
+        report.outcomes.append(
+            BranchOutcome(branch, BranchStatus.FAILED, f"{sentence} (full trace in {log_file})")
+        )
+        report.sections.append((branch, [f"{branch}: failed: {sentence}"]))
+    return None
+
+
+def _time_based_outcome(result: Any) -> BranchOutcome:
+    status = BranchStatus.NOTHING_TO_DO if result.nothing_to_do else BranchStatus.SUCCEEDED
+    return BranchOutcome("time-based branch", status)
+
+
+def _sessions_outcome(result: Any) -> BranchOutcome:
+    if result.ok:
+        return BranchOutcome("session-based branch", BranchStatus.SUCCEEDED)
+    reason = getattr(result, "failure_reason", None) or "a session model failed (see above)"
+    status = BranchStatus.BLOCKED if getattr(result, "blocked", False) else BranchStatus.FAILED
+    return BranchOutcome("session-based branch", status, reason)
 
 
 def run_pipeline(ctx: CommandContext, now: dt.datetime | None = None) -> PipelineReport:
@@ -39,11 +93,26 @@ def run_pipeline(ctx: CommandContext, now: dt.datetime | None = None) -> Pipelin
 
     lake = _lake(ctx, now)
     report = PipelineReport()
+    log_file = str(ctx.home.root / "logs" / "engine.log")
     with sharing():  # the session branch reuses the event days daily_aggregates read
-        time_based = run_time_based(lake, ctx.spark, ctx.instance)
-        report.sections.append(("time-based branch", time_based.lines()))
-        sessions = run_sessions(lake, _spark_resource(ctx), ctx.instance)
-        report.sections.append(("session-based branch", sessions.lines()))
+        time_based = _guarded_branch(
+            report,
+            "time-based branch",
+            lambda: run_time_based(lake, ctx.spark, ctx.instance),
+            log_file,
+        )
+        if time_based is not None:
+            report.sections.append(("time-based branch", time_based.lines()))
+            report.outcomes.append(_time_based_outcome(time_based))
+        sessions = _guarded_branch(
+            report,
+            "session-based branch",
+            lambda: run_sessions(lake, _spark_resource(ctx), ctx.instance),
+            log_file,
+        )
+        if sessions is not None:
+            report.sections.append(("session-based branch", sessions.lines()))
+            report.outcomes.append(_sessions_outcome(sessions))
     return report
 
 
@@ -69,23 +138,39 @@ def backfill_pipeline(
     name = backfill_cursor_name(start, end)
     saved = store.load(name).global_cursor
     report = PipelineReport()
+    log_file = str(ctx.home.root / "logs" / "engine.log")
     with sharing():  # the session branch reuses the event days daily_aggregates read
-        time_based = backfill_time_based(
-            start,
-            end,
-            lake,
-            ctx.spark,
-            ctx.instance,
-            cursor=None if restart else saved,
-            checkpoint=lambda cursor, run_id: store.save(
-                name, CursorState(global_cursor=cursor), run_id
+        time_based = _guarded_branch(
+            report,
+            "time-based branch",
+            lambda: backfill_time_based(
+                start,
+                end,
+                lake,
+                ctx.spark,
+                ctx.instance,
+                cursor=None if restart else saved,
+                checkpoint=lambda cursor, run_id: store.save(
+                    name, CursorState(global_cursor=cursor), run_id
+                ),
             ),
+            log_file,
         )
-        report.sections.append(("time-based branch", time_based.lines()))
+        if time_based is not None:
+            report.sections.append(("time-based branch", time_based.lines()))
+            report.outcomes.append(BranchOutcome("time-based branch", BranchStatus.SUCCEEDED))
         # The re-materialized load days reach sessions and users through filtered_events' feed.
-        sessions = run_sessions(lake, _spark_resource(ctx), ctx.instance)
-        report.sections.append(("session-based branch", sessions.lines()))
-    if sessions.ok and (saved is not None or time_based.load_day_runs):
+        sessions = _guarded_branch(
+            report,
+            "session-based branch",
+            lambda: run_sessions(lake, _spark_resource(ctx), ctx.instance),
+            log_file,
+        )
+        if sessions is not None:
+            report.sections.append(("session-based branch", sessions.lines()))
+            report.outcomes.append(_sessions_outcome(sessions))
+    done = time_based is not None and sessions is not None and sessions.ok
+    if done and (saved is not None or time_based.load_day_runs):
         store.save(name, CursorState())  # done: the next backfill of this range starts over
     return report
 
