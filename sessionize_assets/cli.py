@@ -121,10 +121,18 @@ def cmd_load(ctx: CommandContext) -> int:
     return 0
 
 
+def _exclusive(ctx: CommandContext, command: str):  # noqa: ANN202 - a context manager
+    """The home's command lock, taken before Spark starts (`resources/command_lock.py`)."""
+    from sessionize_assets.resources.command_lock import command_lock
+
+    return command_lock(ctx.home.root, command, getattr(ctx.args, "wait", 0.0) or 0.0)
+
+
 def cmd_run(ctx: CommandContext) -> int:
     from sessionize_assets.pipeline import run_pipeline
 
-    report = run_pipeline(ctx)
+    with _exclusive(ctx, "run"):
+        report = run_pipeline(ctx)
     _print(report.lines())
     return int(report.exit_status)
 
@@ -135,7 +143,8 @@ def cmd_backfill(ctx: CommandContext) -> int:
     a = ctx.args
     if a.end < a.start:
         raise UserError(f"--end {a.end} is before --start {a.start}.")
-    report = backfill_pipeline(ctx, a.start, a.end, restart=a.restart)
+    with _exclusive(ctx, "backfill"):
+        report = backfill_pipeline(ctx, a.start, a.end, restart=a.restart)
     _print(report.lines())
     return int(report.exit_status)
 
@@ -172,7 +181,8 @@ def cmd_manifest(ctx: CommandContext) -> int:
 def cmd_demo(ctx: CommandContext) -> int:
     from sessionize_assets.demo import run_demo
 
-    run_demo(ctx)
+    with _exclusive(ctx, "demo"):
+        run_demo(ctx)
     return 0
 
 
@@ -247,7 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_load)
 
+    wait_help = "when another command is writing to this home, wait up to SECONDS for it"
     p = sub.add_parser("run", help="process everything pending, within the run limits")
+    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help=wait_help)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
@@ -260,6 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="ignore the checkpoint of an interrupted backfill of this range and start at START",
     )
+    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help=wait_help)
     p.set_defaults(func=cmd_backfill)
 
     p = sub.add_parser("status", help="run-limit states, windows, pending and skipped days, locks")
@@ -297,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--days", type=int, default=6)
     p.add_argument("--events-per-day", type=int, default=1500)
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help=wait_help)
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("ui", help="the Dagster UI on this home (dagster dev, bound to localhost)")
