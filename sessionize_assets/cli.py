@@ -296,8 +296,12 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--item-prefix")
     q = msub.add_parser("show", help="an item's records in order and its derived state")
     q.add_argument("item")
-    q = msub.add_parser("resolve", help="release a failed item (a stale lock is abandoned first)")
-    q.add_argument("item")
+    q = msub.add_parser(
+        "resolve",
+        help="release a failed item (a stale lock is abandoned first), or every item of a run",
+    )
+    q.add_argument("item", nargs="?")
+    q.add_argument("--run", help="release every item this run holds or left fail-locked")
     q.add_argument("--reason", required=True)
     q = msub.add_parser("skip", help="mark an item skipped: nothing will process it")
     q.add_argument("item")

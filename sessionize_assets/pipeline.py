@@ -222,5 +222,9 @@ def manifest_command(ctx: CommandContext) -> list[str]:
         return [manifest.show_item(path, a.item, now=ctx.now)]
     writer = ProcessingManifest(ctx.spark, path)
     if a.manifest_command == "resolve":
+        if (a.item is None) == (a.run is None):
+            raise UserError("Give either an ITEM or --run RUN to `manifest resolve`, not both.")
+        if a.run is not None:
+            return [manifest.resolve_run(writer, a.run, a.reason)]
         return [manifest.resolve_item(writer, a.item, a.reason)]
     return [manifest.skip_item(writer, a.item, a.reason)]

@@ -21,7 +21,7 @@ from sessionize_assets.demo import DEMO_SETTINGS
 from sessionize_assets.generator import generate
 from sessionize_assets.home import Home
 from sessionize_assets.jars import jars_dir
-from sessionize_assets.resources.processing_manifest import item_states
+from sessionize_assets.resources.processing_manifest import item_states, read_records
 from sessionize_assets.resources.shared_reads import sharing
 from sessionize_assets.resources.tables import (
     ATTRIBUTES,
@@ -155,7 +155,7 @@ def _kill_while_locked(home: Path, log: Path, prefixes: tuple[str, ...]) -> list
     return sorted(_locked(manifest))
 
 
-def test_a_killed_run_resolved_and_rerun_gives_the_tables_of_an_uninterrupted_run(
+def test_a_killed_run_heals_itself_and_gives_the_tables_of_an_uninterrupted_run(
     spark, tmp_path, capsys
 ):
     landing = tmp_path / "landing"
@@ -174,19 +174,22 @@ def test_a_killed_run_resolved_and_rerun_gives_the_tables_of_an_uninterrupted_ru
     status = capsys.readouterr().out
     for item in locked:
         assert any(item in line and "locked" in line for line in status.splitlines()), status
-    # A locked partition blocks its own reprocessing until the operator releases it.
-    assert main(["--home", str(killed), "--now", NOW, "run"]) != 0
-    assert any(item in capsys.readouterr().err for item in locked)
-
-    for item in locked:
-        _cli(killed, "manifest", "resolve", item, "--reason", "the run was killed")
+    # The next run heals what the killed one left, with no manual step: its process is gone, so
+    # its locks are abandoned automatically (recorded in the manifest's history) and redone.
     _cli(killed, "run")
+    history = read_records(Home(killed).table("processing_manifest"))
+    for item in locked:
+        reasons = [str((r.payload or {}).get("reason", "")) for r in history if r.item_id == item]
+        assert any(r.startswith("lock abandoned automatically: its process") for r in reasons), (
+            item,
+            reasons,
+        )
     assert not _locked(Home(killed).table("processing_manifest"))
 
     for name in COMPARED:
         want = _table_rows(Home(reference).table(name))
         got = _table_rows(Home(killed).table(name))
-        assert got == want, f"{name} differs after the killed run was resolved and re-run"
+        assert got == want, f"{name} differs after the killed run was healed and re-run"
     assert _table_rows(Home(reference).table(SESSIONS))[1], "the reference has no sessions"
     _cli(killed, "verify")
 
@@ -222,10 +225,11 @@ def test_an_interrupted_backfill_resumes_at_its_first_unfinished_window(spark, t
     manifest.lock("filtered_events/2024-03-03", "filtered_events", "someone-else")
     capsys.readouterr()
     backfill = [*now, "backfill", "--start", "2024-03-01", "--end", "2024-03-05"]
-    assert main(backfill) == 2
-    # (in-process, Dagster's log lines reach capsys too; the command's error is the last line)
-    error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert error.startswith("error: ") and "Traceback" not in error, error
+    assert main(backfill) == 3  # blocked by a live holder (this process): exit status 3
+    captured = capsys.readouterr()
+    error = captured.out.strip().splitlines()[-1]  # the summary line
+    assert error.startswith("Summary: time-based branch: blocked: "), error
+    assert "Traceback" not in captured.err
     assert "filtered_events/2024-03-03" in error and "someone-else" in error, error
     checkpoint = read_cursor_state(cursor_table, name)
     assert checkpoint.global_cursor == dt.datetime(2024, 3, 3, tzinfo=dt.UTC), (

@@ -82,8 +82,11 @@ class CommandContext:
         if self._instance is None:
             from dagster import DagsterInstance
 
+            from sessionize_assets.resources.dead_runs import mark_dead_runs_failed
+
             self.ensure_home()
             self._instance = DagsterInstance.get()
+            mark_dead_runs_failed(self._instance)
         return self._instance
 
     @property

@@ -151,6 +151,17 @@ def resolve_item(manifest: ProcessingManifest, item: str, reason: str) -> str:
     raise UserError(f"{_capitalized(state.describe())}; there is nothing to resolve.")
 
 
+def resolve_run(manifest: ProcessingManifest, run: str, reason: str) -> str:
+    """`manifest resolve --run RUN --reason R`: every item of that run released at once."""
+    done = manifest.resolve_run(run, reason)
+    if not done:
+        raise UserError(
+            f"Run {run} holds no lock and left no failure; there is nothing to resolve."
+        )
+    items = ", ".join(sorted(done))
+    return f"Released {len(done)} item(s) of run {run} ({items}): {reason}."
+
+
 def skip_item(manifest: ProcessingManifest, item: str, reason: str) -> str:
     """`manifest skip ITEM --reason R`: no application touches the item again."""
     manifest.skip(item, reason)

@@ -35,6 +35,7 @@ from sessionize_assets.core.planning import (
 )
 from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE
 from sessionize_assets.jobs import TIME_BASED_LANE
+from sessionize_assets.resources.dead_runs import run_tags
 from sessionize_assets.resources.delta import read_table
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import SparkDeltaResource
@@ -75,7 +76,7 @@ class _Runner:
         last: dt.date | None = None,
         run_config: dict | None = None,
     ) -> str:
-        tags = dict(TIME_BASED_LANE)
+        tags = {**TIME_BASED_LANE, **run_tags()}
         partition_key = None
         if first is not None and last is not None and first != last:
             tags |= {RANGE_START: first.isoformat(), RANGE_END: last.isoformat()}

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -348,3 +348,42 @@ def derive_item_states(
     for record in records:
         grouped.setdefault(record.item_id, []).append(record)
     return {item: derive_item_state(grouped[item], now) for item in sorted(grouped)}
+
+
+# ------------------------------------------------------------------------ self-healing locks
+
+LOCK_LEASE = dt.timedelta(hours=24)
+"""A lock older than this is abandoned by the next run whatever its holder (no run takes that
+long at this project's scale; a holder on another host cannot be checked otherwise)."""
+
+DEAD_RUN_STATUSES = frozenset({"FAILURE", "CANCELED", "SUCCESS"})
+"""Dagster run statuses after which a run holds nothing any more."""
+
+
+def holder_of(lock: Record) -> dict[str, Any]:
+    """The holder a Processing record names in its payload (`holder`: host, pid), or {}."""
+    holder = (lock.payload or {}).get("holder")
+    return dict(holder) if isinstance(holder, Mapping) else {}
+
+
+def holder_gone(
+    lock: Record,
+    now: dt.datetime,
+    this_host: str,
+    pid_alive: Callable[[int], bool],
+    run_status: Callable[[str], str | None] = lambda _run_id: None,
+    lease: dt.timedelta = LOCK_LEASE,
+) -> str | None:
+    """Why the run holding `lock` is gone (so the next run may abandon the lock), or None while
+    it may still be working. In order: its process on this host is dead; its Dagster run ended
+    (`run_status` gives the run's status, None when unknown); the lock outlived the lease."""
+    holder = holder_of(lock)
+    pid = holder.get("pid")
+    if holder.get("host") == this_host and isinstance(pid, int) and not pid_alive(pid):
+        return f"its process {pid} on {this_host} is gone"
+    status = run_status(lock.run_id)
+    if status in DEAD_RUN_STATUSES:
+        return f"its Dagster run {lock.run_id} ended ({status})"
+    if now - lock.time > lease:
+        return f"it is older than the lease ({format_age(lease)})"
+    return None

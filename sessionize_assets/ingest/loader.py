@@ -6,6 +6,7 @@ raw text. A file already loaded (same content, by SHA-256) is skipped with a war
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as dt
 import functools
@@ -32,7 +33,7 @@ from sessionize_assets.core.schema import (
     SOURCE_FILE,
     TIMESTAMP_COLUMNS,
 )
-from sessionize_assets.errors import UserError
+from sessionize_assets.errors import ItemLockedError, UserError
 from sessionize_assets.ingest.decode import UNDECODABLE, DecodedFile, decode_file, first_line
 from sessionize_assets.ingest.decode import reason as decode_reason
 from sessionize_assets.resources.delta import read_small_table, table_exists
@@ -717,7 +718,17 @@ def _land_under_manifest(
     # Files with records before this run were tried before: a crashed attempt may have committed.
     history = manifest.records_of(items)
     retried = [f.load_id for f, item in zip(batch, items, strict=True) if history.get(item)]
-    with manifest.processing_many(items, "sessionize load", run_id) as payloads:
+    try:
+        locks = manifest.processing_many(items, "sessionize load", run_id)
+        payloads = locks.__enter__()
+    except ItemLockedError as exc:
+        # Name the file, not only its content hash.
+        text = str(exc)
+        for f in batch:
+            text = text.replace(f"file/{f.sha256}", f"file/{f.sha256} ({f.path})")
+        raise ItemLockedError(text) from None
+    with contextlib.ExitStack() as stack:
+        stack.push(locks)
         results = land_batch(spark, batch, tables, now, retried)
         for payload, result in zip(payloads, results, strict=True):
             payload.update(

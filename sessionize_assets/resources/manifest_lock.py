@@ -7,7 +7,7 @@ fail-locks the item until an operator resolves it (`sessionize manifest resolve`
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -30,10 +30,29 @@ def file_item(sha256: str) -> str:
     return f"file/{sha256}"
 
 
+def dagster_run_status(context) -> Callable[[str], str | None]:  # noqa: ANN001
+    """The status of a Dagster run by id on the run's instance (None when unknown), so a lock
+    held by a run that failed or was canceled is seen as abandoned."""
+    instance = getattr(context, "instance", None)
+
+    def status(run_id: str) -> str | None:
+        if instance is None:
+            return None
+        try:
+            run = instance.get_run_by_id(run_id)
+        except Exception:  # noqa: BLE001 - not a Dagster run id (a load, an operator)
+            return None
+        return run.status.value if run is not None else None
+
+    return status
+
+
 @contextmanager
 def manifest_lock(context, lake: LakeResource, spark, item: str) -> Iterator[dict[str, Any]]:  # noqa: ANN001
     """Hold the item's lock for the body; the run id recorded is Dagster's."""
-    manifest = ProcessingManifest(spark, lake.table(PROCESSING_MANIFEST))
+    manifest = ProcessingManifest(
+        spark, lake.table(PROCESSING_MANIFEST), run_status=dagster_run_status(context)
+    )
     application = f"dagster:{getattr(context, 'job_name', None) or 'run'}"
     run_id = getattr(context, "run_id", None) or "unknown-run"
     with manifest.processing(item, application, run_id) as payload:
@@ -53,7 +72,11 @@ def partition_locks(
     from sessionize_assets.resources.spark import get_spark
 
     lake: LakeResource = context.resources.lake
-    manifest = ProcessingManifest(get_spark(lake.settings.spark), lake.table(PROCESSING_MANIFEST))
+    manifest = ProcessingManifest(
+        get_spark(lake.settings.spark),
+        lake.table(PROCESSING_MANIFEST),
+        run_status=dagster_run_status(context),
+    )
     application = f"dagster:{getattr(context, 'job_name', None) or 'run'}"
     run_id = getattr(context, "run_id", None) or "unknown-run"
     items = [partition_item(asset, key) for key in sorted(partition_keys)]

@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 import random
+import socket
 import time
 import uuid
 import zlib
@@ -50,6 +52,7 @@ from sessionize_assets.core.manifest_state import (
     RecordState,
     derive_item_state,
     derive_item_states,
+    holder_gone,
     record_order,
 )
 from sessionize_assets.errors import ItemLockedError, UserError
@@ -162,10 +165,13 @@ class ProcessingManifest:
         *,
         clock: Callable[[], dt.datetime] = utc_now,
         max_attempts: int = MAX_ATTEMPTS,
+        run_status: Callable[[str], str | None] | None = None,
     ) -> None:
         self.spark = spark
         self.path = path
         self.clock = clock
+        # The status of a Dagster run by id (None when unknown): lets `heal` see dead holders.
+        self.run_status = run_status or (lambda _run_id: None)
         self.max_attempts = max_attempts
         self.conflicts = 0  # Delta commit conflicts met so far (retried)
         self.missed_swaps = 0  # MERGEs that inserted nothing because the item had changed
@@ -381,6 +387,8 @@ class ProcessingManifest:
         previous: Record | None = None,
         payload: Mapping[str, Any] | None = None,
     ) -> Record:
+        if state is RecordState.PROCESSING:  # who holds the lock, so a dead holder can be seen
+            payload = {**(payload or {}), "holder": this_holder()}
         return Record(
             record_id=uuid.uuid4().hex,
             item_id=item,
@@ -411,8 +419,19 @@ class ProcessingManifest:
     ) -> Record:
         """Add Processing (take the lock) unless the item is locked, fail-locked, skipped or invalid.
 
-        Raises ItemLockedError (one sentence naming the item and the holder's run) otherwise.
+        Raises ItemLockedError (one sentence naming the item and the holder's run) otherwise. A
+        refusal by a lock whose holder is gone heals it (`heal`) and tries once more.
         """
+        try:
+            return self._lock(item, application, run_id, payload)
+        except ItemLockedError:
+            if not self.heal([item], run_id):
+                raise
+        return self._lock(item, application, run_id, payload)
+
+    def _lock(
+        self, item: str, application: str, run_id: str, payload: Mapping[str, Any] | None = None
+    ) -> Record:
 
         def build(current: ItemState) -> Record:
             if current.status not in LOCKABLE:
@@ -519,6 +538,70 @@ class ProcessingManifest:
         assert record is not None
         return record
 
+    def resolve_run(self, run: str, reason: str) -> dict[str, str]:
+        """Release every item run `run` holds or left fail-locked: its locks are abandoned
+        (Failed), then every failure of it is Resolved, in two commits. {item: what was done}."""
+        operator_run = _operator_run_id()
+        states = item_states(self.path, now=self.clock()) if open_table(self.path) else {}
+        held = {
+            item: s.lock
+            for item, s in states.items()
+            if s.status is ItemStatus.LOCKED and s.lock is not None and s.lock.run_id == run
+        }
+
+        def abandon_for(lock: Record) -> Callable[[ItemState], Record | None]:
+            def build(current: ItemState) -> Record | None:
+                if current.lock is None or current.lock.record_id != lock.record_id:
+                    return None
+                return self._new_record(
+                    lock.item_id,
+                    RecordState.FAILED,
+                    OPERATOR,
+                    operator_run,
+                    previous=lock,
+                    payload={"reason": f"abandoned: {reason}", "abandoned_run_id": run},
+                )
+
+            return build
+
+        abandoned = self._append_many({i: abandon_for(r) for i, r in held.items()}) if held else {}
+        states = item_states(self.path, now=self.clock())
+
+        def of_run(state: ItemState) -> bool:
+            failure = state.failure
+            return failure is not None and (
+                failure.run_id == run or (failure.payload or {}).get("abandoned_run_id") == run
+            )
+
+        failed = {
+            item: s.failure
+            for item, s in states.items()
+            if s.status is ItemStatus.FAIL_LOCKED and s.failure is not None and of_run(s)
+        }
+
+        def resolve_for(failure: Record) -> Callable[[ItemState], Record | None]:
+            def build(current: ItemState) -> Record | None:
+                if current.failure is None or current.failure.record_id != failure.record_id:
+                    return None
+                return self._new_record(
+                    failure.item_id,
+                    RecordState.RESOLVED,
+                    OPERATOR,
+                    operator_run,
+                    previous=failure,
+                    payload={"reason": reason},
+                )
+
+            return build
+
+        resolved = (
+            self._append_many({i: resolve_for(r) for i, r in failed.items()}) if failed else {}
+        )
+        return {
+            item: ("lock abandoned and resolved" if item in abandoned else "failure resolved")
+            for item in resolved
+        }
+
     def skip(
         self, item: str, reason: str, *, application: str = OPERATOR, run_id: str | None = None
     ) -> Record:
@@ -564,9 +647,78 @@ class ProcessingManifest:
             raise
         self.complete(lock_record, payload=_jsonable(result))
 
+    def heal(self, items: Iterable[str], run_id: str) -> dict[str, str]:
+        """Abandon and release the locks among `items` whose holder is gone (`holder_gone`: its
+        process died on this host, its Dagster run ended, or the lease ran out), recording why
+        in the manifest's history (Failed, then Resolved, by `run_id`). Returns {item: reason}.
+        Costs one delta-rs read; two commits only when there is something to heal."""
+        now = self.clock()
+        host = socket.gethostname()
+        gone: dict[str, tuple[Record, str]] = {}
+        for item, records in _records_by_item(self.path, items).items():
+            current = derive_item_state(records, now, item_id=item)
+            if current.status is ItemStatus.LOCKED and current.lock is not None:
+                why = holder_gone(current.lock, now, host, pid_alive, self.run_status)
+                if why is not None:
+                    gone[item] = (current.lock, why)
+        if not gone:
+            return {}
+
+        def abandon_for(item: str, lock: Record, why: str) -> Callable[[ItemState], Record | None]:
+            def build(current: ItemState) -> Record | None:
+                if current.lock is None or current.lock.record_id != lock.record_id:
+                    return None  # someone else moved it meanwhile: leave it alone
+                return self._new_record(
+                    item,
+                    RecordState.FAILED,
+                    "sessionize (self-healing)",
+                    run_id,
+                    previous=lock,
+                    payload={
+                        "reason": f"lock abandoned automatically: {why}",
+                        "abandoned_run_id": lock.run_id,
+                    },
+                )
+
+            return build
+
+        failed = self._append_many(
+            {item: abandon_for(item, lock, why) for item, (lock, why) in gone.items()}
+        )
+
+        def resolve_for(failure: Record) -> Callable[[ItemState], Record | None]:
+            def build(current: ItemState) -> Record | None:
+                if current.failure is None or current.failure.record_id != failure.record_id:
+                    return None
+                return self._new_record(
+                    failure.item_id,
+                    RecordState.RESOLVED,
+                    "sessionize (self-healing)",
+                    run_id,
+                    previous=failure,
+                    payload={"reason": "abandoned lock released; the item is processed again"},
+                )
+
+            return build
+
+        self._append_many({item: resolve_for(record) for item, record in failed.items()})
+        healed = {item: gone[item][1] for item in failed}
+        for item, why in healed.items():
+            log.warning("processing manifest: %s: lock abandoned automatically (%s)", item, why)
+        return healed
+
     def lock_many(self, items: Sequence[str], application: str, run_id: str) -> dict[str, Record]:
         """Take the locks of all `items` in one commit, or none: raises ItemLockedError (naming
-        the first item refused and its holder's run) without writing when any is not lockable."""
+        the first item refused and its holder's run) without writing when any is not lockable.
+        A refusal by a lock whose holder is gone heals it (`heal`) and tries once more."""
+        try:
+            return self._lock_many(items, application, run_id)
+        except ItemLockedError:
+            if not self.heal(items, run_id):
+                raise
+        return self._lock_many(items, application, run_id)
+
+    def _lock_many(self, items: Sequence[str], application: str, run_id: str) -> dict[str, Record]:
 
         def build_for(item: str) -> Callable[[ItemState], Record]:
             def build(current: ItemState) -> Record:
@@ -708,10 +860,48 @@ def _operator_run_id() -> str:
     return f"operator-{uuid.uuid4().hex[:12]}"
 
 
+def this_holder() -> dict[str, Any]:
+    """This process, as a lock's holder: host and process id."""
+    return {"host": socket.gethostname(), "pid": os.getpid()}
+
+
+def pid_alive(pid: int) -> bool:
+    """True while process `pid` exists on this host (a zombie counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(") ", 1)[1][:1] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
 def _refusal(current: ItemState, consequence: str) -> str:
-    """`Item X is locked by run R (app) for 3s; run S cannot lock it.`"""
+    """`Item X is locked by run R (app) for 3s; run S cannot lock it. <how to recover>`"""
     text = current.describe()
-    return f"{text[0].upper()}{text[1:]}; {consequence}."
+    hint = recovery_hint(current)
+    return f"{text[0].upper()}{text[1:]}; {consequence}" + (f"; {hint}" if hint else ".")
+
+
+def recovery_hint(current: ItemState) -> str:
+    """What the user can do about an item that refuses a lock, in one sentence."""
+    if current.status is ItemStatus.LOCKED:
+        return (
+            "it is released when that run ends, or by the next run if that run died "
+            f"(`sessionize manifest resolve --run {current.holder_run_id} --reason TEXT` "
+            "releases it now)."
+        )
+    if current.status is ItemStatus.FAIL_LOCKED:
+        return (
+            "fix the cause, then release it with `sessionize manifest resolve "
+            f"{current.item_id} --reason TEXT` (or every item of that run with --run "
+            f"{current.holder_run_id})."
+        )
+    return ""
 
 
 # ---------------------------------------------------------------------- readers (delta-rs)

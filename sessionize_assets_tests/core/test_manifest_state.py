@@ -379,3 +379,50 @@ def test_invalid_items_report_every_problem():
     assert state.status is ItemStatus.INVALID
     assert len(state.problems) == 2
     assert "ghost-1" in state.reason and "ghost-2" in state.reason
+
+
+# ------------------------------------------------------------------------ self-healing locks
+
+_T0 = dt.datetime(2024, 3, 1, 12, tzinfo=dt.UTC)
+
+
+def _lock(holder: dict | None, run_id: str = "r1") -> Record:
+    return Record(
+        record_id="lock-1",
+        item_id="filtered_events/2024-03-01",
+        application="dagster",
+        state=RecordState.PROCESSING,
+        run_id=run_id,
+        previous_record_id=None,
+        payload={"holder": holder} if holder is not None else None,
+        time=_T0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("holder", "alive", "status", "age_hours", "expected"),
+    [
+        # alive on this host, run still going, young: keep waiting
+        ({"host": "h1", "pid": 10}, True, "STARTED", 1, None),
+        # dead process on this host
+        ({"host": "h1", "pid": 10}, False, None, 1, "its process 10 on h1 is gone"),
+        # another host: its process cannot be checked, the run status can
+        ({"host": "h2", "pid": 10}, False, "FAILURE", 1, "its Dagster run r1 ended (FAILURE)"),
+        ({"host": "h2", "pid": 10}, False, "CANCELED", 1, "its Dagster run r1 ended (CANCELED)"),
+        ({"host": "h2", "pid": 10}, False, None, 1, None),
+        # a lock written before holders were recorded: only the lease applies
+        (None, False, None, 1, None),
+        (None, False, None, 25, "it is older than the lease (1d 0h)"),
+    ],
+)
+def test_holder_gone(holder, alive, status, age_hours, expected) -> None:
+    from sessionize_assets.core.manifest_state import holder_gone
+
+    got = holder_gone(
+        _lock(holder),
+        _T0 + dt.timedelta(hours=age_hours),
+        "h1",
+        pid_alive=lambda _pid: alive,
+        run_status=lambda _run: status,
+    )
+    assert got == expected

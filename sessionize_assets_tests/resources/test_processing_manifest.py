@@ -27,6 +27,7 @@ from sessionize_assets.resources.processing_manifest import (
     item_states,
     last_processed_payload,
     read_records,
+    this_holder,
 )
 
 
@@ -76,7 +77,8 @@ def test_lock_complete_and_read_back_without_spark(manifest, clock):
 
     records = read_records(manifest.path, item=ITEM)
     assert [r.state for r in records] == [RecordState.PROCESSING, RecordState.PROCESSED]
-    assert records[0].payload == {"load_day": "2024-03-01"}
+    # A Processing record names its holder, so a lock whose process died can be healed.
+    assert records[0].payload == {"load_day": "2024-03-01", "holder": this_holder()}
     assert records[0].time == T0
 
 
@@ -426,3 +428,28 @@ def test_concurrent_batches_one_run_holds_every_item(manifest, spark, clock):
     states = item_states(manifest.path, prefix="batch/")
     assert {states[i].holder_run_id for i in items} == set(winners)
     assert all(states[i].status is ItemStatus.LOCKED for i in items)
+
+
+def test_resolve_run_releases_every_item_of_one_run_only(manifest, clock):
+    a1, a2, a3, b1 = (f"daily_aggregates/2024-03-0{i}" for i in (1, 2, 3, 4))
+    manifest.lock_many([a1, a2], "daily_aggregates", "run-a")
+    failed = manifest.lock(a3, "daily_aggregates", "run-a")
+    manifest.fail(failed, "boom")
+    manifest.lock(b1, "daily_aggregates", "run-b")
+    clock.tick(seconds=5)
+    done = manifest.resolve_run("run-a", "the run was killed")
+    assert done == {
+        a1: "lock abandoned and resolved",
+        a2: "lock abandoned and resolved",
+        a3: "failure resolved",
+    }
+    for item in (a1, a2, a3):
+        assert manifest.state(item).status is ItemStatus.FREE
+    assert manifest.state(b1).status is ItemStatus.LOCKED
+    assert manifest.resolve_run("run-a", "again") == {}
+
+
+def test_a_refused_lock_says_how_to_recover(manifest):
+    manifest.lock(ITEM, "a", "run-1")
+    with pytest.raises(ItemLockedError, match=r"manifest resolve --run run-1"):
+        manifest.lock(ITEM, "a", "run-2")

@@ -10,6 +10,7 @@ import datetime as dt
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -186,7 +187,7 @@ def test_two_processes_racing_for_the_same_items_exactly_one_wins_each(tmp_path)
     )
 
 
-def test_a_killed_run_leaves_a_visible_lock_that_an_operator_releases(tmp_path, spark):
+def test_a_killed_run_leaves_a_visible_lock_that_the_next_run_heals(tmp_path, spark):
     from sessionize_assets.core.manifest_state import ItemStatus
     from sessionize_assets.errors import ItemLockedError
     from sessionize_assets.resources.processing_manifest import ProcessingManifest, item_state
@@ -220,17 +221,33 @@ def test_a_killed_run_leaves_a_visible_lock_that_an_operator_releases(tmp_path, 
     assert state.holder_run_id == "doomed" and state.holder_application == "killed"
     assert dt.timedelta(hours=2) <= state.lock_age < dt.timedelta(hours=3)
 
+    assert state.lock.payload["holder"]["pid"] == process.pid
+
+    # The next run sees the holder's process is gone: it abandons the lock (Failed, with the
+    # reason), releases it (Resolved) and takes it, with no operator step.
     manifest = ProcessingManifest(spark, path)
-    with pytest.raises(ItemLockedError, match="doomed"):
-        manifest.lock(item, "rerun", "rerun-1")
-    manifest.abandon(item, holder_run_id="doomed")
-    assert item_state(path, item).status is ItemStatus.FAIL_LOCKED
-    manifest.resolve(item, "killed run re-run")
     with manifest.processing(item, "rerun", "rerun-1") as payload:
         payload["rows"] = 1
     final = item_state(path, item)
     assert final.status is ItemStatus.PROCESSED
     assert final.last_processed.run_id == "rerun-1"
+    states = [(r.state.value, r.run_id) for r in final.records]
+    assert states[-4:] == [
+        ("Failed", "rerun-1"),
+        ("Resolved", "rerun-1"),
+        ("Processing", "rerun-1"),
+        ("Processed", "rerun-1"),
+    ]
+    abandoned = final.records[-4]
+    assert abandoned.payload["abandoned_run_id"] == "doomed"
+    assert abandoned.payload["reason"] == (
+        f"lock abandoned automatically: its process {process.pid} on {socket.gethostname()} is gone"
+    )
+
+    # A lock whose holder is alive (this process) is not touched: refused, naming the holder.
+    manifest.lock("filtered_events/2024-03-02", "alive", "alive-run")
+    with pytest.raises(ItemLockedError, match="alive-run"):
+        manifest.lock("filtered_events/2024-03-02", "rerun", "rerun-2")
 
 
 # --------------------------------------------------------------------------------- entry point
