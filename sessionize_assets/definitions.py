@@ -12,7 +12,6 @@ from pathlib import Path
 from dagster import Definitions
 
 from sessionize_assets import checks as time_based_checks
-from sessionize_assets.assets import sessions
 from sessionize_assets.home import Home
 from sessionize_assets.ingest import assets as ingest
 from sessionize_assets.jobs import build_jobs
@@ -20,6 +19,7 @@ from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.manifest_lock import session_lock
 from sessionize_assets.resources.spark import SparkDeltaResource
 from sessionize_assets.sensors import late_days, new_loads, session_models
+from sessionize_assets.sessions import assets as sessions
 from sessionize_assets.settings import Settings, settings_file
 from sessionize_assets.time_based import assets as time_based
 

@@ -35,8 +35,8 @@ from pyspark.sql import functions as F
 
 from sessionize_assets.home import Home
 from sessionize_assets.resources.tables import FILTERED_EVENTS, QUARANTINED_SESSIONS, SESSIONS
-from sessionize_assets_tests.assets.test_sessions_support import make_settings, rows_of, run, table
 from sessionize_assets_tests.conftest import ORACLE_DIR
+from sessionize_assets_tests.sessions.support import make_settings, rows_of, run, table
 
 ORACLE = ORACLE_DIR
 NOW = "2030-01-01T00:00:00"

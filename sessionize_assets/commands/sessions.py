@@ -1,7 +1,8 @@
 """The session branch from the command line: run until caught up, verify, status.
 
 `run_sessions` materializes the `session_models` multi-asset through `dagster.materialize` on the
-instance it is given (so the runs show in the UI), once per window, until a window reaches now.
+instance it is given (so the runs show in the UI), once per window, until the models are caught up
+(`core.run_limits.caught_up`); it learns what each run did from the run's typed outcome.
 `verify_sessions` recomputes sessions and users from the current `filtered_events` with the same
 functions and settings and names every difference. `status_sessions` reads the small state
 tables with delta-rs (no Spark).
@@ -10,32 +11,40 @@ tables with delta-rs (no Spark).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sessionize_assets.assets import sessions as assets
 from sessionize_assets.core import sessionize as core
-from sessionize_assets.core.run_limits import (
-    ConsumedState,
-    RunLimits,
-    as_utc,
-    format_tstamp,
-    nothing_new,
-)
-from sessionize_assets.resources.delta import delta_version, newest_value, read_small_table
+from sessionize_assets.core.clock import as_utc, iso_or_none
+from sessionize_assets.core.run_limits import RunLimits, caught_up, format_tstamp
+from sessionize_assets.resources.delta import delta_version, read_small_table, table_or_empty
 from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets.resources.manifest_lock import session_lock
 from sessionize_assets.resources.tables import (
     FILTERED_EVENTS,
-    INCREMENTAL_MANIFEST,
     QUARANTINED_SESSIONS,
     SESSIONS,
     SESSIONS_LIFECYCLE_MANIFEST,
     USERS,
+)
+from sessionize_assets.sessions.materialize import SessionMaterializer
+from sessionize_assets.sessions.modes import mode_for
+from sessionize_assets.sessions.outcome import SessionRunOutcome
+from sessionize_assets.sessions.state import (
+    ModelState,
+    current_limits,
+    enabled_models,
+    lake_state,
+    read_manifest,
+)
+from sessionize_assets.sessions.tables import (
+    QUARANTINED_SCHEMA,
+    SESSIONS_SCHEMA,
+    USER_SESSION_STATS,
+    USER_SESSION_STATS_SCHEMA,
+    USERS_SCHEMA,
 )
 
 # --- run ----------------------------------------------------------------------------------------
@@ -105,48 +114,26 @@ class RunSessionsReport:
         return out
 
 
-def _value(metadata: dict[str, Any], key: str) -> Any:
-    entry = metadata.get(key)
-    return getattr(entry, "value", entry)
-
-
-def _summary(result: Any, settings_models: tuple[str, ...]) -> SessionRunSummary:
-    by_asset: dict[str, dict[str, Any]] = {}
-    for event in result.get_asset_materialization_events():
-        materialization = event.event_specific_data.materialization
-        by_asset[materialization.asset_key.to_user_string()] = dict(materialization.metadata)
-    base = by_asset.get(INCREMENTAL_MANIFEST) or next(iter(by_asset.values()), {})
-    models = []
-    for model in settings_models:
-        md = by_asset.get(model, {})
-        if _value(md, "failed"):
-            status, detail = "failed", _value(md, "failed")
-        elif _value(md, "skipped"):
-            status, detail = "skipped", _value(md, "skipped")
-        elif _value(md, "no data"):
-            status, detail = "no data", None
-        elif _value(md, "full rebuild"):
-            status, detail = "rebuilt", _value(md, "full rebuild")
-        else:
-            status, detail = "ran", None
-        models.append(
-            ModelRunSummary(
-                model=model,
-                status=status,
-                rows_read=int(_value(md, "rows read") or 0),
-                rows_written=int(_value(md, "rows written") or 0),
-                last_success=_value(md, "last_success"),
-                detail=detail,
-            )
+def summarize(run_id: str, run: SessionRunOutcome) -> SessionRunSummary:
+    """The CLI's summary of one run, from its typed outcome."""
+    models = tuple(
+        ModelRunSummary(
+            model=model,
+            status=outcome.status.value,
+            rows_read=outcome.total_rows_read,
+            rows_written=outcome.total_rows_written,
+            last_success=iso_or_none(outcome.last_success_after),
+            detail=outcome.detail,
         )
-    warnings = tuple(w for w in (_value(base, "warnings") or "").splitlines() if w)
+        for model, outcome in run.models.items()
+    )
     return SessionRunSummary(
-        run_id=result.run_id,
-        state_message=_value(base, "state_message") or "",
-        window_message=_value(base, "window") or "",
-        upper_limit=as_utc(dt.datetime.fromisoformat(_value(base, "upper_limit"))),
-        models=tuple(models),
-        warnings=warnings,
+        run_id=run_id,
+        state_message=run.limits.state_message,
+        window_message=run.limits.window_message,
+        upper_limit=run.limits.upper_limit,
+        models=models,
+        warnings=tuple(w for w in "\n".join(run.warnings).splitlines() if w),
     )
 
 
@@ -157,93 +144,35 @@ def run_sessions(
     max_runs: int = 1000,
     tags: dict[str, str] | None = None,
 ) -> RunSessionsReport:
-    """Materialize the session models, window after window, until a window reaches now.
+    """Materialize the session models, window after window, until they are caught up
+    (`core.run_limits.caught_up`: before the first run from the lake's state, then from each
+    run's outcome).
 
-    `spark` is the SparkDeltaResource the runs use. Stops early when a run moves nothing (the
-    window has no data: a gap in the data longer than backfill_limit_days, as Snowplow) or fails.
+    `spark` is the SparkDeltaResource the runs use. Stops early when a run moves nothing but data
+    resumes later (a gap in the data longer than backfill_limit_days, as Snowplow) or fails.
     """
-    import dagster
-
-    settings = lake.settings
-    now = lake.current_time()
-    models = assets.enabled_models(settings)
-    definitions = assets.build_assets(settings, lock=session_lock)
     report = RunSessionsReport()
-    report.nothing_new = _nothing_new(lake, models)
-    if report.nothing_new:
+    before = caught_up(lake.current_time(), lake_state(lake.settings, lake.table))
+    if before.caught_up:
+        report.nothing_new = before.message
         report.caught_up = True
         return report
+    materialize = SessionMaterializer(lake, spark, instance, tags)
     for _ in range(max_runs):
-        before = assets.read_manifest(lake.table)
-        limits = assets.current_limits(settings, lake.table, now)
-        result = dagster.materialize(
-            definitions,
-            instance=instance,
-            resources={"lake": lake, "spark": spark},
-            raise_on_error=False,
-            tags=tags or {"sessionize/lane": "sessions"},
-        )
-        if not result.success:
-            report.error = _failure(result) or "the session models run failed"
+        done = materialize()
+        if done.outcome is None:
+            report.error = done.error or "the session models run failed"
             return report
-        summary = _summary(result, models)
-        report.runs.append(summary)
-        after = assets.read_manifest(lake.table)
-        all_ran = all(m.status in ("ran", "rebuilt", "no data") for m in summary.models)
-        if limits.reaches(now) and all_ran:
+        report.runs.append(summarize(done.run_id, done.outcome))
+        verdict = done.outcome.catch_up
+        if verdict is not None and verdict.caught_up:
             report.caught_up = True
             return report
-        if after == before:  # no data in the window: nothing moved
-            resumes = _next_data_after(limits.upper_limit, lake, spark)
-            if resumes is None or resumes > now:
-                report.caught_up = True  # nothing newer is waiting (or only future-dated rows)
-            else:
-                report.stopped = (
-                    f"no data between {format_tstamp(limits.lower_limit)} and {format_tstamp(limits.upper_limit)} "
-                    f"but data resumes at {format_tstamp(resumes)}: the gap is longer than "
-                    "backfill_limit_days (Snowplow waits here too); raise backfill_limit_days to bridge it"
-                )
+        if verdict is not None and verdict.stopped:
+            report.stopped = verdict.message
             return report
     report.stopped = f"still behind after {max_runs} runs; run again to continue"
     return report
-
-
-def _nothing_new(lake: LakeResource, models: Sequence[str]) -> str | None:
-    """Why no session run is needed (None: run), from the Delta log and the manifest only."""
-    path = lake.table(FILTERED_EVENTS)
-    states = {
-        m: ConsumedState(s.last_success, s.consumed_version, s.processed_through)
-        for m, s in assets.read_manifest(lake.table).items()
-    }
-    newest = newest_value(path, lake.settings.session_timestamp, for_nulls="load_tstamp")
-    return nothing_new(models, states, delta_version(path), newest)
-
-
-def _failure(result: Any) -> str | None:
-    for event in result.all_events:
-        if event.is_failure and event.step_failure_data is not None:
-            error = event.step_failure_data.error
-            return error.message.strip().splitlines()[0] if error else None
-    return None
-
-
-def _next_data_after(upper: dt.datetime, lake: LakeResource, spark: Any) -> dt.datetime | None:
-    """The earliest usable session timestamp after `upper` in filtered_events (None: none)."""
-    session = spark.get_session() if hasattr(spark, "get_session") else spark
-    path = lake.table(FILTERED_EVENTS)
-    if delta_version(path) is None:
-        return None
-    prepared = core.usable(
-        core.prepare_events(session.read.format("delta").load(path), lake.settings), lake.settings
-    )
-    nxt = (
-        prepared.filter(F.col(core.SESSION_TS) > F.lit(upper))
-        .agg(F.min(core._micros(core.SESSION_TS)))
-        .collect()[0][0]
-    )
-    if nxt is None:
-        return None
-    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=int(nxt))
 
 
 # --- verify -------------------------------------------------------------------------------------
@@ -344,8 +273,8 @@ def verify_sessions(lake: LakeResource, spark: Any, limit: int = 20) -> VerifySe
     session: SparkSession = spark.get_session() if hasattr(spark, "get_session") else spark
     settings = lake.settings
     report = VerifySessionsReport()
-    manifest = assets.read_manifest(lake.table)
-    models = assets.enabled_models(settings)
+    manifest = read_manifest(lake.table)
+    models = enabled_models(settings)
     version = delta_version(lake.table(FILTERED_EVENTS))
     state = manifest.get(SESSIONS)
     if version is None:
@@ -389,21 +318,18 @@ def verify_sessions(lake: LakeResource, spark: Any, limit: int = 20) -> VerifySe
         .option("versionAsOf", version)
         .load(lake.table(FILTERED_EVENTS))
     )
-    lifecycle = None
-    if settings.session_mode == "id":
-        lifecycle = assets._table_or_empty(
-            session, lake.table(SESSIONS_LIFECYCLE_MANIFEST), assets.LIFECYCLE_SCHEMA
-        )
+    mode = mode_for(settings)
+    lifecycle = mode.known_lifecycle(session, lake.table(SESSIONS_LIFECYCLE_MANIFEST))
     if through is None:
-        expected = session.createDataFrame([], assets.SESSIONS_SCHEMA)
+        expected = session.createDataFrame([], SESSIONS_SCHEMA)
     else:
         expected = core.session_rows(
             core.compute_sessions(snapshot, settings, lifecycle, through).sessions
         )
     expected = expected.persist()
-    actual = assets._table_or_empty(session, lake.table(SESSIONS), assets.SESSIONS_SCHEMA)
+    actual = table_or_empty(session, lake.table(SESSIONS), SESSIONS_SCHEMA)
     _compare(SESSIONS, actual, expected, "session_identifier", core.SESSION_COLUMNS, limit, report)
-    users = assets._table_or_empty(session, lake.table(USERS), assets.USERS_SCHEMA)
+    users = table_or_empty(session, lake.table(USERS), USERS_SCHEMA)
     _compare(
         USERS,
         users,
@@ -413,12 +339,10 @@ def verify_sessions(lake: LakeResource, spark: Any, limit: int = 20) -> VerifySe
         limit,
         report,
     )
-    if assets.USER_SESSION_STATS in models:
-        stats = assets._table_or_empty(
-            session, lake.table(assets.USER_SESSION_STATS), assets.USER_SESSION_STATS_SCHEMA
-        )
+    if USER_SESSION_STATS in models:
+        stats = table_or_empty(session, lake.table(USER_SESSION_STATS), USER_SESSION_STATS_SCHEMA)
         _compare(
-            assets.USER_SESSION_STATS,
+            USER_SESSION_STATS,
             stats,
             core.user_session_stats_from_sessions(expected),
             "user_identifier",
@@ -426,9 +350,7 @@ def verify_sessions(lake: LakeResource, spark: Any, limit: int = 20) -> VerifySe
             limit,
             report,
         )
-    quarantined = assets._table_or_empty(
-        session, lake.table(QUARANTINED_SESSIONS), assets.QUARANTINED_SCHEMA
-    )
+    quarantined = table_or_empty(session, lake.table(QUARANTINED_SESSIONS), QUARANTINED_SCHEMA)
     listed = {r[0] for r in quarantined.select("session_identifier").collect()}
     flagged = {
         r[0] for r in actual.filter(F.col("is_quarantined")).select("session_identifier").collect()
@@ -439,7 +361,7 @@ def verify_sessions(lake: LakeResource, spark: Any, limit: int = 20) -> VerifySe
                 QUARANTINED_SESSIONS, "missing", sid, "the session is quarantined but not listed"
             )
         )
-    if settings.session_mode == "gap":
+    if not mode.keeps_vanished:  # gap mode: the listing mirrors the quarantined sessions
         for sid in sorted(listed - flagged)[:limit]:
             report.differences.append(
                 Difference(
@@ -461,7 +383,7 @@ class SessionsStatus:
     """The session branch's state without Spark: run limits, manifest rows, pending versions."""
 
     limits: RunLimits
-    manifest: dict[str, assets.ModelState]
+    manifest: dict[str, ModelState]
     enabled_models: tuple[str, ...]
     filtered_events_version: int | None
     quarantined_sessions: int
@@ -506,13 +428,13 @@ def status_sessions(lake: LakeResource, now: dt.datetime | None = None) -> Sessi
     """Run-limit state and window of the next run, each model's last_success (delta-rs only)."""
     settings = lake.settings
     now = as_utc(now or lake.current_time())
-    manifest = assets.read_manifest(lake.table)
-    limits = assets.current_limits(settings, lake.table, now)
+    manifest = read_manifest(lake.table)
+    limits = current_limits(settings, lake.table, now)
     quarantined = read_small_table(lake.table(QUARANTINED_SESSIONS), ["session_identifier"])
     return SessionsStatus(
         limits=limits,
         manifest=manifest,
-        enabled_models=assets.enabled_models(settings),
+        enabled_models=enabled_models(settings),
         filtered_events_version=delta_version(lake.table(FILTERED_EVENTS)),
         quarantined_sessions=len(quarantined),
         now=now,

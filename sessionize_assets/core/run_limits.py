@@ -11,16 +11,19 @@ inclusive (SPEC section 6):
 | 4 standard | otherwise | max_last_success - L | least(max_last_success + B, now) |
 
 A model whose `last_success` is at or past the upper limit skips the window; `last_success`
-only moves forward, and only for a model that succeeded.
+only moves forward, and only for a model that succeeded. `caught_up` decides, before a run from
+the lake's state and after a run from its outcome, whether the models are caught up to now.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 from typing import Any
+
+from sessionize_assets.core.clock import as_utc, midnight
 
 
 class PackageState(IntEnum):
@@ -43,18 +46,6 @@ NO_DATA_WARNING = (
     "Snowplow Warning: No data in {table} for date range from variables, please modify your run "
     "variables to include data if this is not expected."
 )
-
-
-def as_utc(value: dt.datetime) -> dt.datetime:
-    """An aware UTC datetime (naive values are taken as UTC)."""
-    if value.tzinfo is None:
-        return value.replace(tzinfo=dt.UTC)
-    return value.astimezone(dt.UTC)
-
-
-def start_of_day(day: dt.date) -> dt.datetime:
-    """Midnight UTC of a day."""
-    return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
 
 
 def format_tstamp(value: dt.datetime) -> str:
@@ -125,7 +116,7 @@ def run_limits(
     if not enabled_models:
         raise ValueError("run_limits needs at least one enabled model")
     now = as_utc(now)
-    start = start_of_day(start_date)
+    start = midnight(start_date)
     backfill = dt.timedelta(days=backfill_limit_days)
     lookback = dt.timedelta(hours=lookback_window_hours)
     known = [
@@ -209,4 +200,97 @@ def nothing_new(
         f"Nothing new for the session models: each consumed filtered_events v{version} and "
         f"processed through {format_tstamp(through)}, past the newest session timestamp "
         f"({format_tstamp(newest_session_tstamp)}); no run."
+    )
+
+
+# --- caught up? ---------------------------------------------------------------------------------
+
+
+class Verdict(StrEnum):
+    """Whether the session models are caught up, and why."""
+
+    NOTHING_NEW = "nothing new"  # before a run: every model consumed everything (no run needed)
+    REACHED_NOW = "reached now"  # the run's window reached now with every model in it
+    NO_DATA_AHEAD = "no data ahead"  # the run moved nothing and no usable row waits before now
+    GAP = "gap"  # the run moved nothing but data resumes later: a gap longer than B (stop)
+    BEHIND = "behind"  # run again
+
+
+@dataclass(frozen=True)
+class LakeState:
+    """Before a run: what the Delta log and the manifest say (no data read)."""
+
+    models: tuple[str, ...]
+    states: Mapping[str, ConsumedState]
+    version: int | None  # filtered_events' current version
+    newest_session_tstamp: dt.datetime | None  # from the Delta log's file statistics
+
+
+@dataclass(frozen=True)
+class LastRun:
+    """After a run: what its outcome says."""
+
+    limits: RunLimits
+    every_model_in_window: bool  # no model skipped the window (each ran or found no data)
+    manifest_changed: bool  # some model's manifest row moved
+
+
+@dataclass(frozen=True)
+class CatchUp:
+    """A verdict and the sentence that explains it (for `nothing new` and `gap`)."""
+
+    verdict: Verdict
+    message: str | None = None
+
+    @property
+    def caught_up(self) -> bool:
+        return self.verdict in (Verdict.NOTHING_NEW, Verdict.REACHED_NOW, Verdict.NO_DATA_AHEAD)
+
+    @property
+    def stopped(self) -> bool:
+        """Not caught up, and another run would not move either (the gap)."""
+        return self.verdict == Verdict.GAP
+
+
+def caught_up(
+    now: dt.datetime,
+    seen: LakeState | LastRun,
+    resumes_at: Callable[[], dt.datetime | None] | None = None,
+) -> CatchUp:
+    """Are the session models caught up to `now`? The one rule the CLI, the sensor and the asset use.
+
+    | seen | when | verdict |
+    |---|---|---|
+    | the lake, before a run | `nothing_new` gives a reason | nothing new |
+    | the lake, before a run | otherwise | behind |
+    | a run | its window reached now and no model skipped it | reached now |
+    | a run | it moved no manifest row, and no usable row lies after its window up to now | no data ahead |
+    | a run | it moved no manifest row, but data resumes after its window before now | gap |
+    | a run | otherwise | behind |
+
+    `resumes_at()` (the earliest usable session timestamp after the window, None: none; it reads
+    data) is called only for a run that moved nothing and did not reach now.
+    """
+    now = as_utc(now)
+    if isinstance(seen, LakeState):
+        reason = nothing_new(seen.models, seen.states, seen.version, seen.newest_session_tstamp)
+        return CatchUp(Verdict.NOTHING_NEW, reason) if reason else CatchUp(Verdict.BEHIND)
+    limits = seen.limits
+    if limits.reaches(now) and seen.every_model_in_window:
+        return CatchUp(Verdict.REACHED_NOW)
+    if seen.manifest_changed:
+        return CatchUp(Verdict.BEHIND)
+    if resumes_at is None:
+        raise ValueError("caught_up needs resumes_at for a run that moved nothing")
+    resumes = resumes_at()
+    if resumes is None or as_utc(resumes) > now:
+        return CatchUp(
+            Verdict.NO_DATA_AHEAD
+        )  # nothing newer is waiting (or only future-dated rows)
+    return CatchUp(
+        Verdict.GAP,
+        f"no data between {format_tstamp(limits.lower_limit)} and "
+        f"{format_tstamp(limits.upper_limit)} but data resumes at {format_tstamp(resumes)}: the "
+        "gap is longer than backfill_limit_days (Snowplow waits here too); raise "
+        "backfill_limit_days to bridge it",
     )

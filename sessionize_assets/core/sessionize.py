@@ -8,7 +8,8 @@ non-null of `session_identifier`). Its span starts at its earliest session times
 (`session_timestamp`, else `load_tstamp`); events more than `max_session_days` after the start are
 left out and the session is quarantined. A quarantined session keeps its start (the lifecycle
 manifest's, as given). A session's user is the one the lifecycle manifest holds (first seen),
-else the largest non-null user identifier among its events.
+else the largest non-null user identifier among its events. (That rule, in plain Python with its
+named cases, is `core.lifecycle`; `sessionize_by_id` is its Spark form.)
 
 *gap mode* (the blog, seed 002): per user (first non-null of `user_identifier`), events sorted by
 `derived_tstamp` then `event_id`; a gap strictly longer than `session_gap_minutes` starts a new
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from sessionize_assets.core.lifecycle import AFTER_MAX_SESSION_DAYS, QUARANTINED_SESSION, Case
 from sessionize_assets.core.schema import ROW_HASH
 from sessionize_assets.errors import UserError
 from sessionize_assets.settings import Settings
@@ -104,8 +106,7 @@ SENT_LATE_RULE = "sent more than days_late_allowed after created"
 NO_SESSION_IDENTIFIER = "no session identifier"
 NO_USER_IDENTIFIER = "no user identifier"
 DUPLICATE_EVENT = "duplicate event_id"
-AFTER_MAX_SESSION_DAYS = "after max_session_days"
-QUARANTINED_SESSION = "quarantined session"
+# AFTER_MAX_SESSION_DAYS and QUARANTINED_SESSION: core.lifecycle's rule (imported above).
 
 EXCLUSION_RULES: tuple[str, ...] = (
     BEFORE_START_DATE,
@@ -275,6 +276,15 @@ def _finish(sessions: DataFrame, extra: Sequence[str] = ()) -> DataFrame:
     return sessions.withColumn("duration_s", duration).select(*columns, LC_START, LC_END, *extra)
 
 
+def _lifecycle_case() -> Column:
+    """core.lifecycle.case_of on the old row joined as `_known_*` columns."""
+    return (
+        F.when(F.coalesce(F.col("_known_quarantined"), F.lit(False)), F.lit(Case.FROZEN.value))
+        .when(F.col("_known_start").isNotNull(), F.lit(Case.OPEN.value))
+        .otherwise(F.lit(Case.NEW.value))
+    )
+
+
 def sessionize_by_id(
     events: DataFrame, settings: Settings, lifecycle: DataFrame | None = None
 ) -> Sessionized:
@@ -295,37 +305,41 @@ def sessionize_by_id(
             .withColumn("_known_start", F.lit(None).cast("timestamp"))
             .withColumn("_known_quarantined", F.lit(None).cast("boolean"))
         )
-    max_micros = settings.max_session_days * MICROS_PER_DAY
+    # core.lifecycle.next_lifecycle, case by case (checked against it in test_lifecycle.py).
     session = Window.partitionBy(SESSION_KEY)
-    frozen = F.coalesce(F.col("_known_quarantined"), F.lit(False))
-    start = F.when(frozen, F.col("_known_start")).otherwise(F.min(SESSION_TS).over(session))
+    frozen = F.col("_case") == F.lit(Case.FROZEN.value)
+    ts, cap = F.col(SESSION_TS), F.col("_cap")
     marked = (
-        kept.withColumn(LC_START, start)
-        .withColumn("_cap", _plus_micros(LC_START, max_micros))
+        kept.withColumn("_case", _lifecycle_case())
+        # span_start: the frozen start, else the first event
         .withColumn(
-            "_quarantined",
-            frozen | (F.max(SESSION_TS).over(session) >= F.col("_cap")),
+            LC_START,
+            F.when(frozen, F.col("_known_start")).otherwise(F.min(SESSION_TS).over(session)),
         )
+        # cap_of: start + max_session_days
+        .withColumn("_cap", _plus_micros(LC_START, settings.max_session_days * MICROS_PER_DAY))
+        # is_quarantined: frozen, or an event at or past the cap
+        .withColumn("_quarantined", frozen | (F.max(SESSION_TS).over(session) >= cap))
+        # event_reason
         .withColumn(
             REASON,
-            F.when(
-                frozen
-                & ((F.col(SESSION_TS) < F.col(LC_START)) | (F.col(SESSION_TS) > F.col("_cap"))),
-                F.lit(QUARANTINED_SESSION),
-            ).when(F.col(SESSION_TS) > F.col("_cap"), F.lit(AFTER_MAX_SESSION_DAYS)),
+            F.when(frozen & ((ts < F.col(LC_START)) | (ts > cap)), F.lit(QUARANTINED_SESSION)).when(
+                ts > cap, F.lit(AFTER_MAX_SESSION_DAYS)
+            ),
         )
     )
     included = marked.filter(F.col(REASON).isNull())
     sessions = (
         included.groupBy(SESSION_KEY)
         .agg(
+            # session_user: the first-seen user, else the largest among the events kept
             F.coalesce(F.first("_known_user", ignorenulls=True), F.max(USER_KEY)).alias(
                 "user_identifier"
             ),
             *_session_aggregates(),
             F.bool_or("_quarantined").alias("is_quarantined"),
             F.min(LC_START).alias(LC_START),
-            F.max(SESSION_TS).alias(LC_END),
+            F.max(SESSION_TS).alias(LC_END),  # the end: the latest event kept
         )
         .withColumnRenamed(SESSION_KEY, "session_identifier")
     )

@@ -2,10 +2,13 @@
 changed since they last consumed it, or while they are still catching up to now.
 
 What has been processed is read from the lake on every tick (delta-rs, no Spark): the
-`filtered_events` version and each model's `incremental_manifest` row. A request's run key is the
-pair (filtered_events version, manifest state), so the same situation is never requested twice;
-after a run moves `last_success` forward, the state differs and the next window is requested, until
-a run finds nothing to move (caught up).
+`filtered_events` version, its newest session timestamp from the Delta log, and each model's
+`incremental_manifest` row. A tick where the models are caught up
+(`core.run_limits.caught_up`: every model in sync, consumed the current version and processed past
+the newest row) is skipped. Otherwise a request's run key is the pair (filtered_events version,
+manifest state), so the same situation is never requested twice; after a run moves the manifest,
+the state differs and the next window is requested, until the models are caught up or a run finds
+nothing to move.
 """
 
 from __future__ import annotations
@@ -23,11 +26,10 @@ from dagster import (
     sensor,
 )
 
-from sessionize_assets.assets.sessions import enabled_models, read_manifest
+from sessionize_assets.core.run_limits import caught_up
 from sessionize_assets.jobs import SESSION_MODELS_JOB, SESSIONS_LANE
-from sessionize_assets.resources.delta import delta_version
 from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets.resources.tables import FILTERED_EVENTS
+from sessionize_assets.sessions.state import enabled_models, lake_state
 from sessionize_assets.settings import Settings
 
 SENSOR_NAME = "session_models_sensor"
@@ -56,15 +58,18 @@ def build_sensors(settings: Settings) -> list[SensorDefinition]:
         ),
     )
     def session_models_sensor(context: SensorEvaluationContext, lake: LakeResource):
-        version = delta_version(lake.table(FILTERED_EVENTS))
+        seen = lake_state(settings, lake.table)
+        version = seen.version
         if version is None:
             return SensorResult(
                 skip_reason=SkipReason("filtered_events does not exist yet."), cursor=context.cursor
             )
-        manifest = read_manifest(lake.table)
+        verdict = caught_up(lake.current_time(), seen)
+        if verdict.caught_up:
+            return SensorResult(skip_reason=SkipReason(verdict.message), cursor=context.cursor)
         rows = [
             (m, str(s.last_success), s.consumed_version, str(s.processed_through))
-            for m, s in manifest.items()
+            for m, s in seen.states.items()
             if m in models
         ]
         key = session_request_key(version, rows)

@@ -13,7 +13,7 @@ from sessionize_assets.home import Home
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import SparkDeltaResource
 from sessionize_assets.resources.tables import SESSIONS, USERS
-from sessionize_assets_tests.assets.test_sessions_support import (
+from sessionize_assets_tests.sessions.support import (
     event,
     make_settings,
     write_load_day,

@@ -8,7 +8,11 @@ import pytest
 
 from sessionize_assets.core.run_limits import (
     ConsumedState,
+    LakeState,
+    LastRun,
     PackageState,
+    Verdict,
+    caught_up,
     format_tstamp,
     next_last_success,
     nothing_new,
@@ -235,3 +239,66 @@ def test_nothing_new_only_when_every_model_consumed_everything(states, version, 
     assert (reason is not None) == skip, reason
     if skip:
         assert "filtered_events v7" in reason and "no run" in reason
+
+
+# --- caught up? ---------------------------------------------------------------------------------
+
+IN_SYNC = {
+    "sessions": _consumed("2021-03-01T09:00", 7, "2021-03-02"),
+    "users": _consumed("2021-03-01T09:00", 7, "2021-03-02"),
+}
+CATCH_UP_NOW = t("2021-03-15 10:00")
+REACHING = run_limits(  # standard run, window up to now
+    {m: t("2021-03-14") for m in MODELS}, MODELS, START, 30, 6, CATCH_UP_NOW
+)
+SHORT = run_limits({}, MODELS, START, 30, 6, CATCH_UP_NOW)  # first run: 2021-01-01 .. 01-31
+NEVER = object()  # resumes_at must not be looked up
+
+
+@pytest.mark.parametrize(
+    ("seen", "resumes", "verdict"),
+    [
+        # before a run: the lake says every model consumed everything
+        (LakeState(MODELS, IN_SYNC, 7, NEWEST), NEVER, Verdict.NOTHING_NEW),
+        # before a run: a commit not consumed yet
+        (LakeState(MODELS, IN_SYNC, 8, NEWEST), NEVER, Verdict.BEHIND),
+        # a run whose window reached now with every model in it
+        (LastRun(REACHING, True, True), NEVER, Verdict.REACHED_NOW),
+        (LastRun(REACHING, True, False), NEVER, Verdict.REACHED_NOW),
+        # reached now but a model skipped the window (it is catching up): run again
+        (LastRun(REACHING, False, True), NEVER, Verdict.BEHIND),
+        # a window short of now that moved the manifest: run again
+        (LastRun(SHORT, True, True), NEVER, Verdict.BEHIND),
+        # a run that moved nothing: nothing after its window, or only future-dated rows
+        (LastRun(SHORT, True, False), None, Verdict.NO_DATA_AHEAD),
+        (LastRun(SHORT, True, False), t("2021-03-16"), Verdict.NO_DATA_AHEAD),
+        (LastRun(REACHING, False, False), None, Verdict.NO_DATA_AHEAD),
+        # ... but data resumes before now: a gap longer than backfill_limit_days
+        (LastRun(SHORT, True, False), t("2021-02-10 09:00"), Verdict.GAP),
+    ],
+)  # fmt: skip
+def test_caught_up(seen, resumes, verdict):
+    def resumes_at():
+        assert resumes is not NEVER, "resumes_at looked up when the verdict does not need it"
+        return resumes
+
+    got = caught_up(CATCH_UP_NOW, seen, resumes_at)
+    assert got.verdict == verdict
+    assert got.caught_up == (
+        verdict in (Verdict.NOTHING_NEW, Verdict.REACHED_NOW, Verdict.NO_DATA_AHEAD)
+    )
+    assert got.stopped == (verdict == Verdict.GAP)
+    if verdict == Verdict.NOTHING_NEW:
+        assert "consumed filtered_events v7" in got.message
+    if verdict == Verdict.GAP:
+        assert got.message == (
+            "no data between 2021-01-01 00:00:00 and 2021-01-31 00:00:00 but data resumes at "
+            "2021-02-10 09:00:00: the gap is longer than backfill_limit_days (Snowplow waits here "
+            "too); raise backfill_limit_days to bridge it"
+        )
+
+
+def test_caught_up_needs_resumes_at_when_nothing_moved():
+    with pytest.raises(ValueError):
+        caught_up(CATCH_UP_NOW, LastRun(SHORT, True, False))
+    assert caught_up(CATCH_UP_NOW, LastRun(REACHING, True, True)).caught_up  # not needed here

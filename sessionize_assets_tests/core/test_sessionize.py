@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sessionize_assets.core import sessionize as core
-from sessionize_assets_tests.assets.test_sessions_support import event as make_event
-from sessionize_assets_tests.assets.test_sessions_support import (
+from sessionize_assets_tests.sessions.support import event as make_event
+from sessionize_assets_tests.sessions.support import (
     events_frame,
     make_settings,
     rows_of,

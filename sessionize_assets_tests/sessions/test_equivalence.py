@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from sessionize_assets.commands.sessions import verify_sessions
 from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets_tests.assets.test_sessions_support import (
+from sessionize_assets_tests.sessions.support import (
     delete_events,
     event,
     make_settings,

@@ -14,11 +14,13 @@ import yaml
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sessionize_assets.assets.sessions import SessionRunOutcome, build_assets, run_session_models
 from sessionize_assets.home import Home
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import SparkDeltaResource
 from sessionize_assets.resources.tables import FILTERED_EVENTS
+from sessionize_assets.sessions.assets import build_assets
+from sessionize_assets.sessions.outcome import SessionRunOutcome
+from sessionize_assets.sessions.run import run_session_models
 from sessionize_assets.settings import Settings, from_mapping, to_mapping
 
 FILTERED_EVENTS_SCHEMA = (

@@ -14,7 +14,7 @@ import pytest
 from dagster import DagsterInstance
 
 from sessionize_assets.resources.tables import SESSIONS, SUPERSEDED_SESSIONS, USERS
-from sessionize_assets_tests.assets.test_sessions_support import (
+from sessionize_assets_tests.sessions.support import (
     event,
     make_settings,
     materialize,

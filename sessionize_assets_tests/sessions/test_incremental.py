@@ -8,13 +8,14 @@ import shutil
 
 import pytest
 
-from sessionize_assets.assets.sessions import SessionModelError, current_limits, read_manifest
 from sessionize_assets.commands.sessions import verify_sessions
 from sessionize_assets.core.run_limits import PackageState
 from sessionize_assets.home import Home
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.tables import FILTERED_EVENTS, USERS
-from sessionize_assets_tests.assets.test_sessions_support import (
+from sessionize_assets.sessions.outcome import SessionModelError
+from sessionize_assets.sessions.state import current_limits, read_manifest
+from sessionize_assets_tests.sessions.support import (
     event,
     make_settings,
     run,

@@ -1,0 +1,90 @@
+"""Spark plumbing the session steps share: keeping small intermediate results small (driver-local
+DataFrames, a small-query configuration), the run window's file-skipping filter, and the counts of
+events left out per named rule.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sessionize_assets.core import sessionize as core
+from sessionize_assets.settings import Settings
+
+# Intermediate results up to this many rows become driver-local DataFrames (collected through
+# Arrow): later plans stay small and never recompute their lineage. Bigger ones are persisted.
+LOCAL_ROWS = 20_000
+
+# Runs that take on at most this many rows use a small-query configuration: adaptive execution
+# submits every shuffle stage as its own job, which costs more than it saves on small inputs.
+SMALL_RUN_ROWS = 2_000_000
+
+
+def localize(spark: SparkSession, df: DataFrame, limit: int = LOCAL_ROWS) -> DataFrame:
+    """`df` computed once: a local DataFrame when small, else persisted (unpersist when done)."""
+    table = df.limit(limit + 1).toArrow()
+    if table.num_rows <= limit:
+        return spark.createDataFrame(table, schema=df.schema)
+    return df.persist()
+
+
+@contextmanager
+def small_query_conf(spark: SparkSession, enabled: bool) -> Iterator[None]:
+    """Turn adaptive execution off and use one shuffle partition per core while `enabled`,
+    restoring the session's settings afterwards."""
+    if not enabled:
+        yield
+        return
+    wanted = {
+        "spark.sql.adaptive.enabled": "false",
+        "spark.sql.shuffle.partitions": str(max(1, spark.sparkContext.defaultParallelism)),
+    }
+    before = {k: spark.conf.get(k, None) for k in wanted}
+    for k, v in wanted.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def window_filter(settings: Settings, lower: dt.datetime, upper: dt.datetime) -> Column:
+    """Session timestamp in [lower, upper], written so Delta can skip files on the raw column."""
+    ts = F.col(settings.session_timestamp)
+    return ts.between(F.lit(lower), F.lit(upper)) | (
+        ts.isNull() & F.col("load_tstamp").between(F.lit(lower), F.lit(upper))
+    )
+
+
+def reason_counts(condition: Column | None = None) -> list[Column]:
+    """Aggregate columns counting rows per exclusion rule (named `rule:<rule>`)."""
+    base = F.col(core.REASON)
+    cond = condition if condition is not None else F.lit(True)
+    return [
+        F.sum(F.when(cond & (base == F.lit(rule)), 1).otherwise(0)).alias(f"rule:{rule}")
+        for rule in core.EXCLUSION_RULES
+    ]
+
+
+def reasons_from(row: Any, prefix: str = "") -> dict[str, int]:
+    """The non-zero `rule:<rule>` counts of an aggregated row, keyed `<prefix><rule>`."""
+    out = {}
+    for rule in core.EXCLUSION_RULES:
+        n = int(row[f"rule:{rule}"] or 0)
+        if n:
+            out[f"{prefix}{rule}"] = n
+    return out
+
+
+def add_counts(target: dict[str, int], more: dict[str, int]) -> None:
+    for k, v in more.items():
+        target[k] = target.get(k, 0) + v

@@ -1,0 +1,77 @@
+"""The CLI's way into the session assets: materialize `session_models` in process through
+`dagster.materialize` on a given instance (so each run is recorded there and shows in the UI),
+under the processing-manifest lock, and hand back what the run did as typed records (the run's
+`SessionRunOutcome`, observed from the op) -- never by reading its metadata back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.manifest_lock import session_lock
+from sessionize_assets.sessions.assets import build_assets
+from sessionize_assets.sessions.outcome import SessionRunOutcome
+
+
+@dataclass(frozen=True)
+class Materialized:
+    """One materialization of the session models: its run id and outcome, or why it failed."""
+
+    run_id: str
+    outcome: SessionRunOutcome | None  # None when the run failed
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.outcome is not None
+
+
+class SessionMaterializer:
+    """Materializes the session models, one run per call, with the same definitions each time."""
+
+    def __init__(
+        self,
+        lake: LakeResource,
+        spark: Any,
+        instance: Any,
+        tags: Mapping[str, str] | None = None,
+    ) -> None:
+        self._lake = lake
+        self._spark = spark
+        self._instance = instance
+        self._tags = dict(tags or {"sessionize/lane": "sessions"})
+        self._seen: list[SessionRunOutcome] = []
+        self._definitions = build_assets(
+            lake.settings, lock=session_lock, observe=self._seen.append
+        )
+
+    def __call__(self) -> Materialized:
+        import dagster
+
+        self._seen.clear()
+        result = dagster.materialize(
+            self._definitions,
+            instance=self._instance,
+            resources={"lake": self._lake, "spark": self._spark},
+            raise_on_error=False,
+            tags=self._tags,
+        )
+        if not result.success:
+            return Materialized(
+                result.run_id, None, _failure(result) or "the session models run failed"
+            )
+        if not self._seen:  # the op succeeded without reporting: not expected
+            return Materialized(result.run_id, None, "the session models run reported no outcome")
+        return Materialized(result.run_id, self._seen[-1])
+
+
+def _failure(result: Any) -> str | None:
+    """The first line of the failed step's error (from the run's events, typed)."""
+    for event in result.all_events:
+        if event.is_failure and event.step_failure_data is not None:
+            error = event.step_failure_data.error
+            return error.message.strip().splitlines()[0] if error else None
+    return None

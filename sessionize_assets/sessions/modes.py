@@ -1,0 +1,364 @@
+"""Session modes as objects: what differs between id mode (Snowplow) and gap mode (the blog) when
+a run recomputes the sessions its changes touch. `mode_for(settings)` picks one, once; the steps
+only call the `SessionMode` interface.
+
+| | id mode | gap mode |
+|---|---|---|
+| touched sessions | the changed events' session ids (lifecycle rows from `start_tstamp >= min(lower limit, earliest change) - session_lookback_days`) | per changed user, the lifecycle rows overlapping the changed range around each cluster of changed times |
+| events read | per session, session timestamps in [min(known start, changed), max(known end, changed)] (quarantined: its frozen span) | per user and cluster, derived_tstamp in the read range (changed range +- margin) |
+| sessions replaced | every touched session id | the touched lifecycle rows |
+| sessions written | every recomputed session | those overlapping the changed range |
+| lifecycle of a vanished session | kept (first-seen user, frozen quarantine) | deleted |
+| quarantined_sessions | only grows | mirrors the quarantined pieces |
+| superseded_sessions | - | ids that stopped existing, with their successor and why |
+| users affected | the (first-seen) users of the touched sessions | the changed events' users |
+
+The DataFrame transforms they use are in `core.sessionize`; the lifecycle row rule in
+`core.lifecycle` (`action` takes `keeps_vanished`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sessionize_assets.core import sessionize as core
+from sessionize_assets.core.clock import from_micros
+from sessionize_assets.core.run_limits import RunLimits
+from sessionize_assets.resources.delta import nulls_for, table_or_empty
+from sessionize_assets.resources.tables import QUARANTINED_SESSIONS, SUPERSEDED_SESSIONS
+from sessionize_assets.sessions.changes import Changes
+from sessionize_assets.sessions.frames import localize, window_filter
+from sessionize_assets.sessions.tables import LIFECYCLE_SCHEMA, QUARANTINED_SCHEMA
+from sessionize_assets.settings import Settings
+
+
+@dataclass
+class Touched:
+    """The sessions a change set touches and what recomputing them needs."""
+
+    old_lifecycle: DataFrame  # their lifecycle rows (driver-local or persisted)
+    ranges: DataFrame  # the read ranges (driver-local or persisted)
+    read: DataFrame  # prepared events to recompute them from (PREPARED_COLUMNS, gap: PART too)
+    replaced_ids: DataFrame  # session_identifier of the sessions the recomputed ones replace
+    lifecycle_rows: int  # lifecycle rows read
+
+    def unpersist(self) -> None:
+        self.ranges.unpersist()
+        self.old_lifecycle.unpersist()
+
+
+@dataclass(frozen=True)
+class LifecycleUpdate:
+    """The lifecycle manifest's MERGE source (`_delete` marks rows to remove) and its row count."""
+
+    source: DataFrame
+    rows: int
+
+
+class SessionMode(Protocol):
+    """What a session mode decides; see the module's table."""
+
+    name: str
+    keeps_vanished: bool  # a touched session left without events keeps its lifecycle row
+
+    def touched(
+        self,
+        spark: SparkSession,
+        snapshot: DataFrame,
+        lifecycle: DataFrame,
+        changes: Changes,
+        limits: RunLimits,
+    ) -> Touched:
+        """The lifecycle rows, read ranges and events of the sessions the changes touch."""
+        ...
+
+    def sessionize(self, events: DataFrame, touched: Touched) -> core.Sessionized:
+        """Sessions of the usable events read (the touched lifecycle rows as given in id mode)."""
+        ...
+
+    def in_scope(self, computed: DataFrame, touched: Touched) -> DataFrame:
+        """The recomputed sessions that replace the touched ones."""
+        ...
+
+    def lifecycle_update(
+        self, computed: DataFrame, replaced_ids: DataFrame, fresh: int, deleted: int
+    ) -> LifecycleUpdate:
+        """The lifecycle MERGE for `computed` (`fresh` sessions; `deleted` replaced ids gone)."""
+        ...
+
+    def side_rows(
+        self,
+        quarantined_now: DataFrame,
+        was_quarantined: DataFrame,
+        old_lifecycle: DataFrame,
+        computed: DataFrame,
+        now: dt.datetime,
+    ) -> list[DataFrame]:
+        """Rows for quarantined_sessions / superseded_sessions beyond the newly quarantined
+        sessions, in the steps' side-table layout (see `steps.write_side_tables`)."""
+        ...
+
+    def affected_users(self, changes: Changes, lifecycle: DataFrame) -> DataFrame:
+        """Users whose sessions the changes can touch (user_identifier, distinct, non-null)."""
+        ...
+
+    def known_lifecycle(self, spark: SparkSession, path: str) -> DataFrame | None:
+        """The lifecycle manifest a full recompute takes as given (None: it uses none)."""
+        ...
+
+    def rebuilt_lifecycle(self, new_rows: DataFrame, known: DataFrame | None) -> DataFrame:
+        """The lifecycle manifest after a full recompute that produced `new_rows`."""
+        ...
+
+
+def side_part(df: DataFrame, table: str) -> DataFrame:
+    """Side-table rows with the columns only superseded rows fill left null."""
+    return (
+        df.withColumn("_table", F.lit(table))
+        .withColumn("_superseded", F.lit(None).cast("string"))
+        .withColumn("_reason", F.lit(None).cast("string"))
+    )
+
+
+def _bounds(
+    ranges: DataFrame, *extra: Column
+) -> tuple[dt.datetime | None, dt.datetime | None, list[Any]]:
+    """The read ranges' overall [lo, hi] (None: no range) and the `extra` aggregates, one pass."""
+    stats = ranges.agg(
+        F.min(core._micros("_read_lo")).alias("lo"),
+        F.max(core._micros("_read_hi")).alias("hi"),
+        *extra,
+    ).collect()[0]
+    return from_micros(stats["lo"]), from_micros(stats["hi"]), list(stats)[2:]
+
+
+class IdMode:
+    """id mode: a session is the events sharing a session id; its lifecycle row is its memory."""
+
+    name = "id"
+    keeps_vanished = True
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def touched(
+        self,
+        spark: SparkSession,
+        snapshot: DataFrame,
+        lifecycle: DataFrame,
+        changes: Changes,
+        limits: RunLimits,
+    ) -> Touched:
+        settings, changed, upper = self.settings, changes.usable, limits.upper_limit
+        earliest = min(limits.lower_limit, changes.min_usable or limits.lower_limit)
+        bound = earliest - dt.timedelta(days=settings.session_lookback_days)
+        keys = changed.select(F.col(core.SESSION_KEY).alias("session_identifier")).distinct()
+        old_lifecycle = localize(
+            spark,
+            lifecycle.filter(F.col("start_tstamp") >= F.lit(bound)).join(
+                keys, "session_identifier", "left_semi"
+            ),
+        )
+        ranges = localize(spark, core.id_read_ranges(changed, old_lifecycle, settings))
+        lo, hi, (known,) = _bounds(ranges, F.sum(F.col("_is_known").cast("int")).alias("known"))
+        if lo is None:  # nothing usable changed
+            read = changed.select(*core.PREPARED_COLUMNS).limit(0)
+        else:
+            columns = core.source_columns(settings, snapshot.columns)
+            events = core.prepare_events(
+                snapshot.filter(window_filter(settings, lo, min(hi, upper))).select(*columns),
+                settings,
+            )
+            read = (
+                events.join(ranges, core.SESSION_KEY, "inner")
+                .filter(F.col(core.SESSION_TS).between(F.col("_read_lo"), F.col("_read_hi")))
+                .filter(F.col(core.SESSION_TS) <= F.lit(upper))
+                .select(*core.PREPARED_COLUMNS)
+            )
+        return Touched(
+            old_lifecycle=old_lifecycle,
+            ranges=ranges,
+            read=read,
+            replaced_ids=ranges.select(F.col(core.SESSION_KEY).alias("session_identifier")),
+            lifecycle_rows=int(known or 0),
+        )
+
+    def sessionize(self, events: DataFrame, touched: Touched) -> core.Sessionized:
+        return core.sessionize_by_id(events, self.settings, touched.old_lifecycle)
+
+    def in_scope(self, computed: DataFrame, touched: Touched) -> DataFrame:
+        return computed
+
+    def lifecycle_update(
+        self, computed: DataFrame, replaced_ids: DataFrame, fresh: int, deleted: int
+    ) -> LifecycleUpdate:
+        # insert or update every recomputed session; a vanished one keeps its row
+        return LifecycleUpdate(
+            core.lifecycle_rows(computed).withColumn("_delete", F.lit(False)), fresh
+        )
+
+    def side_rows(
+        self,
+        quarantined_now: DataFrame,
+        was_quarantined: DataFrame,
+        old_lifecycle: DataFrame,
+        computed: DataFrame,
+        now: dt.datetime,
+    ) -> list[DataFrame]:
+        return []  # quarantined_sessions only grows; no ids are superseded
+
+    def affected_users(self, changes: Changes, lifecycle: DataFrame) -> DataFrame:
+        keys = changes.usable.select(F.col(core.SESSION_KEY).alias("session_identifier")).distinct()
+        users = lifecycle.join(keys, "session_identifier", "left_semi").select("user_identifier")
+        return users.filter(F.col("user_identifier").isNotNull()).distinct()
+
+    def known_lifecycle(self, spark: SparkSession, path: str) -> DataFrame | None:
+        return table_or_empty(spark, path, LIFECYCLE_SCHEMA)
+
+    def rebuilt_lifecycle(self, new_rows: DataFrame, known: DataFrame | None) -> DataFrame:
+        assert known is not None
+        kept = known.join(new_rows.select("session_identifier"), "session_identifier", "left_anti")
+        return new_rows.unionByName(kept)
+
+
+class GapMode:
+    """gap mode: sessions are chains of one user's events; the lifecycle mirrors the sessions."""
+
+    name = "gap"
+    keeps_vanished = False
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    @staticmethod
+    def _user_ranges(ranges: DataFrame) -> DataFrame:
+        return ranges.withColumnRenamed(core.USER_KEY, "user_identifier")
+
+    def touched(
+        self,
+        spark: SparkSession,
+        snapshot: DataFrame,
+        lifecycle: DataFrame,
+        changes: Changes,
+        limits: RunLimits,
+    ) -> Touched:
+        settings, changed, upper = self.settings, changes.usable, limits.upper_limit
+        ranges = localize(spark, core.gap_change_ranges(changed, settings))
+        old_lifecycle = localize(
+            spark, core.overlapping(lifecycle, self._user_ranges(ranges), on=["user_identifier"])
+        )
+        lo, hi, _ = _bounds(ranges)
+        lifecycle_rows = old_lifecycle.count()
+        if lo is None:  # nothing usable changed
+            read = (
+                changed.select(*core.PREPARED_COLUMNS)
+                .limit(0)
+                .withColumn(core.PART, F.lit(0).cast("long"))
+            )
+        else:
+            columns = core.source_columns(settings, snapshot.columns)
+            events = core.prepare_events(
+                snapshot.filter(F.col("derived_tstamp").between(F.lit(lo), F.lit(hi))).select(
+                    *columns
+                ),
+                settings,
+            )
+            read = (
+                events.join(ranges, core.USER_KEY, "inner")
+                .filter(F.col("derived_tstamp").between(F.col("_read_lo"), F.col("_read_hi")))
+                .filter(F.col(core.SESSION_TS) <= F.lit(upper))
+                .select(*core.PREPARED_COLUMNS, core.PART)
+            )
+        return Touched(
+            old_lifecycle=old_lifecycle,
+            ranges=ranges,
+            read=read,
+            replaced_ids=old_lifecycle.select("session_identifier"),
+            lifecycle_rows=lifecycle_rows,
+        )
+
+    def sessionize(self, events: DataFrame, touched: Touched) -> core.Sessionized:
+        return core.sessionize_by_gap(events, self.settings)
+
+    def in_scope(self, computed: DataFrame, touched: Touched) -> DataFrame:
+        return core.overlapping(
+            computed, self._user_ranges(touched.ranges), on=["user_identifier", core.PART]
+        )
+
+    def lifecycle_update(
+        self, computed: DataFrame, replaced_ids: DataFrame, fresh: int, deleted: int
+    ) -> LifecycleUpdate:
+        # insert or update every recomputed session; a replaced id that no longer exists goes
+        gone = replaced_ids.join(
+            computed.select("session_identifier"), "session_identifier", "left_anti"
+        )
+        source = (
+            core.lifecycle_rows(computed)
+            .withColumn("_delete", F.lit(False))
+            .unionByName(
+                gone.select(
+                    "session_identifier", *nulls_for(LIFECYCLE_SCHEMA, "session_identifier")
+                ).withColumn("_delete", F.lit(True))
+            )
+        )
+        return LifecycleUpdate(source, fresh + deleted)
+
+    def side_rows(
+        self,
+        quarantined_now: DataFrame,
+        was_quarantined: DataFrame,
+        old_lifecycle: DataFrame,
+        computed: DataFrame,
+        now: dt.datetime,
+    ) -> list[DataFrame]:
+        # quarantined_sessions mirrors the quarantined pieces: pieces no longer quarantined go
+        removed = was_quarantined.join(
+            quarantined_now.select("session_identifier"), "session_identifier", "left_anti"
+        ).select(
+            "session_identifier",
+            *nulls_for(QUARANTINED_SCHEMA, "session_identifier"),
+            F.lit(True).alias("_delete"),
+        )
+        superseded = core.superseded(
+            old_lifecycle.select(
+                "session_identifier", "user_identifier", "start_tstamp", "end_tstamp"
+            ),
+            computed.select(
+                "session_identifier",
+                "user_identifier",
+                "start_tstamp",
+                "end_tstamp",
+                "is_quarantined",
+            ),
+        ).select(
+            F.col("session_identifier"),
+            "user_identifier",
+            F.lit(None).cast("timestamp").alias("start_tstamp"),
+            F.lit(None).cast("timestamp").alias("capped_at"),
+            F.lit(now).alias("quarantined_at"),
+            F.lit(False).alias("_delete"),
+            F.lit(SUPERSEDED_SESSIONS).alias("_table"),
+            F.col("superseded_session_identifier").alias("_superseded"),
+            F.col("reason").alias("_reason"),
+        )
+        return [side_part(removed, QUARANTINED_SESSIONS), superseded]
+
+    def affected_users(self, changes: Changes, lifecycle: DataFrame) -> DataFrame:
+        users = changes.usable.select(F.col(core.USER_KEY).alias("user_identifier"))
+        return users.filter(F.col("user_identifier").isNotNull()).distinct()
+
+    def known_lifecycle(self, spark: SparkSession, path: str) -> DataFrame | None:
+        return None
+
+    def rebuilt_lifecycle(self, new_rows: DataFrame, known: DataFrame | None) -> DataFrame:
+        return new_rows
+
+
+def mode_for(settings: Settings) -> SessionMode:
+    """The configured mode (settings are validated: `id` or `gap`)."""
+    return IdMode(settings) if settings.session_mode == "id" else GapMode(settings)

@@ -1,0 +1,265 @@
+"""One run of every enabled session model over the window the manifest gives
+(`run_session_models`): the imperative shell the `session_models` asset calls, callable without
+Dagster. Run limits are computed once; each model that is not already past the window takes on
+the window's rows and the change feed after its consumed version (or is rebuilt in full when it
+cannot), and only a model that succeeded moves its `last_success` and consumed version. The run's
+outcome says what each model did and whether the models are caught up (`core.run_limits.caught_up`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+import traceback
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from sessionize_assets.core.clock import as_utc, iso_or_none
+from sessionize_assets.core.run_limits import (
+    NO_DATA_WARNING,
+    caught_up,
+    next_last_success,
+    skips_window,
+)
+from sessionize_assets.resources import shared_reads
+from sessionize_assets.resources.delta import delta_version, read_version, table_or_empty
+from sessionize_assets.resources.tables import (
+    FILTERED_EVENTS,
+    INCREMENTAL_MANIFEST,
+    SESSIONS,
+    SESSIONS_LIFECYCLE_MANIFEST,
+)
+from sessionize_assets.sessions.changes import Changes, FeedGone, read_changes
+from sessionize_assets.sessions.frames import SMALL_RUN_ROWS, add_counts, small_query_conf
+from sessionize_assets.sessions.modes import mode_for
+from sessionize_assets.sessions.outcome import ModelOutcome, SessionModelError, SessionRunOutcome
+from sessionize_assets.sessions.state import (
+    ModelState,
+    enabled_models,
+    limits_from,
+    read_manifest,
+    write_manifest,
+)
+from sessionize_assets.sessions.steps import (
+    max_session_ts,
+    next_data_after,
+    process_sessions,
+    process_user_model,
+    rebuild_sessions,
+    rebuild_user_model,
+)
+from sessionize_assets.sessions.tables import LIFECYCLE_SCHEMA, TablePath
+from sessionize_assets.settings import Settings
+
+
+def run_session_models(
+    spark: SparkSession,
+    table_path: TablePath,
+    settings: Settings,
+    now: dt.datetime,
+    log: logging.Logger | Any | None = None,
+) -> SessionRunOutcome:
+    """One run of every enabled session model over the window the manifest gives (the imperative
+    shell the `session_models` asset calls)."""
+    log = log or logging.getLogger(__name__)
+    now = as_utc(now)
+    models = enabled_models(settings)
+    mode = mode_for(settings)
+    manifest = read_manifest(table_path)
+    limits = limits_from(manifest, settings, now)
+    for line in limits.log_lines():
+        log.info(line)
+    fe_path = table_path(FILTERED_EVENTS)
+    version = delta_version(fe_path)
+    outcomes = {
+        m: ModelOutcome(
+            model=m,
+            last_success_before=manifest[m].last_success if m in manifest else None,
+            last_success_after=manifest[m].last_success if m in manifest else None,
+            consumed_version_before=manifest[m].consumed_version if m in manifest else None,
+            consumed_version_after=manifest[m].consumed_version if m in manifest else None,
+        )
+        for m in models
+    }
+    run = SessionRunOutcome(
+        limits=limits, snapshot_version=version, models=outcomes, manifest=dict(manifest)
+    )
+    if version is None:
+        warning = NO_DATA_WARNING.format(table=FILTERED_EVENTS)
+        log.warning(warning)
+        run.warnings.append(warning)
+        for o in outcomes.values():
+            o.no_data = True
+        run.catch_up = caught_up(
+            now,
+            run.last_run(),
+            resumes_at=lambda: next_data_after(spark, table_path, settings, limits.upper_limit),
+        )
+        return run
+
+    # The event days the time-based branch just read at this version come from memory when both
+    # run in one command (resources/shared_reads.py); the rest from storage.
+    snapshot = shared_reads.table_at(
+        fe_path, version, lambda: read_version(spark, fe_path, version)
+    )
+    changes_by_version: dict[int | None, Changes] = {}
+    sessions_users: DataFrame | None = None
+    failed: str | None = None
+    try:
+        for model in models:
+            outcome = outcomes[model]
+            state = manifest.get(model)
+            if skips_window(state.last_success if state else None, limits):
+                outcome.skipped_reason = (
+                    f"already past this window (last_success {state.last_success.isoformat()} "
+                    f">= upper limit {limits.upper_limit.isoformat()})"
+                )
+                log.info(f"{model}: {outcome.skipped_reason}")
+                continue
+            if failed:
+                outcome.skipped_reason = f"not run: {failed} failed"
+                continue
+            started = time.monotonic()
+            consumed = state.consumed_version if state else None
+            try:
+                rebuild = _rebuild_reason(spark, table_path, model, state, version)
+                if rebuild is None and model != SESSIONS and outcomes[SESSIONS].full_rebuild_reason:
+                    rebuild = f"sessions were rebuilt in full; rebuilding {model} in full"
+                changes = None
+                if rebuild is None:
+                    try:
+                        if consumed not in changes_by_version:
+                            changes_by_version[consumed] = read_changes(
+                                spark, fe_path, snapshot, settings, limits, version, consumed
+                            )
+                        changes = changes_by_version[consumed]
+                    except FeedGone as gone:
+                        rebuild = (
+                            f"the change data feed of filtered_events no longer covers version "
+                            f"{consumed + 1 if consumed is not None else 0} ({gone}); rebuilding {model} in full"
+                        )
+                if rebuild is not None:
+                    log.warning(f"{model}: {rebuild}")
+                    run.warnings.append(f"{model}: {rebuild}")
+                    outcome.full_rebuild_reason = rebuild
+                    if model == SESSIONS:
+                        rebuild_sessions(
+                            spark,
+                            table_path,
+                            settings,
+                            mode,
+                            snapshot,
+                            limits.upper_limit,
+                            now,
+                            outcome,
+                        )
+                    else:
+                        rebuild_user_model(spark, table_path, model, outcome)
+                    processed = max_session_ts(snapshot, settings, limits)
+                    outcome.ran = True
+                    _advance(outcome, processed, version)
+                    continue
+                assert changes is not None
+                outcome.rows_read["window rows"] = changes.window_rows
+                outcome.rows_read["change feed rows"] = changes.feed_rows
+                if not changes.found_data:
+                    warning = NO_DATA_WARNING.format(table=FILTERED_EVENTS)
+                    log.warning(f"{model}: {warning}")
+                    if warning not in run.warnings:
+                        run.warnings.append(warning)
+                    outcome.no_data = True
+                    continue
+                add_counts(outcome.excluded, changes.excluded)
+                small = changes.window_rows + changes.feed_rows <= SMALL_RUN_ROWS
+                with small_query_conf(spark, small):
+                    if model == SESSIONS:
+                        sessions_users = process_sessions(
+                            spark,
+                            table_path,
+                            settings,
+                            mode,
+                            limits,
+                            snapshot,
+                            changes,
+                            now,
+                            outcome,
+                        )
+                    else:
+                        lifecycle = table_or_empty(
+                            spark, table_path(SESSIONS_LIFECYCLE_MANIFEST), LIFECYCLE_SCHEMA
+                        )
+                        users = mode.affected_users(changes, lifecycle)
+                        if sessions_users is not None:
+                            users = users.unionByName(
+                                sessions_users.select("user_identifier")
+                            ).distinct()
+                        process_user_model(spark, table_path, model, users, outcome)
+                outcome.ran = True
+                _advance(outcome, changes.processed_max, version)
+            except Exception as exc:
+                outcome.failed = (
+                    f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                )
+                log.error(f"{model} failed: {outcome.failed}\n{traceback.format_exc()}")
+                failed = model
+            finally:
+                outcome.seconds = time.monotonic() - started
+                if outcome.ran:
+                    log.info(
+                        f"{model}: read {outcome.total_rows_read} rows, wrote {outcome.total_rows_written}, "
+                        f"touched {outcome.touched}; last_success {iso_or_none(outcome.last_success_after)}"
+                    )
+    finally:
+        for changes in changes_by_version.values():
+            changes.unpersist()
+        if sessions_users is not None:
+            sessions_users.unpersist()
+
+    new_manifest = dict(manifest)
+    for model, outcome in outcomes.items():
+        if outcome.ran and outcome.last_success_after is not None:
+            new_manifest[model] = ModelState(
+                model=model,
+                last_success=outcome.last_success_after,
+                consumed_version=outcome.consumed_version_after,
+                processed_through=limits.upper_limit,
+                updated_at=now,
+            )
+    run.manifest_changed = new_manifest != manifest
+    if run.manifest_changed:
+        write_manifest(table_path(INCREMENTAL_MANIFEST), new_manifest)
+    run.manifest = new_manifest
+    if failed:
+        raise SessionModelError(failed, outcomes[failed].failed or "", run)
+    run.catch_up = caught_up(
+        now,
+        run.last_run(),
+        resumes_at=lambda: next_data_after(spark, table_path, settings, limits.upper_limit),
+    )
+    return run
+
+
+def _advance(outcome: ModelOutcome, processed: dt.datetime | None, version: int) -> None:
+    """Move last_success forward (never back) and record the consumed version."""
+    after = next_last_success(outcome.last_success_before, processed, succeeded=True)
+    outcome.last_success_after = after
+    if after is not None:
+        outcome.consumed_version_after = version
+
+
+def _rebuild_reason(
+    spark: SparkSession, table_path: TablePath, model: str, state: ModelState | None, version: int
+) -> str | None:
+    """Why a model cannot continue incrementally (None: it can)."""
+    if state is None or state.consumed_version is None:
+        return None
+    if delta_version(table_path(model)) is None:
+        return f"{model} has a manifest row but no table; rebuilding it in full"
+    if version < state.consumed_version:
+        return (
+            f"filtered_events is at version {version}, before the consumed version "
+            f"{state.consumed_version} (table replaced?); rebuilding {model} in full"
+        )
+    return None

@@ -1,0 +1,435 @@
+"""The session models' steps, callable without Dagster (Spark): recompute the sessions a run's
+changes touch and replace them (`process_sessions`, `replace_sessions`), keep the lifecycle
+manifest and the side tables (`quarantined_sessions`, `superseded_sessions`), recompute the
+user-level models of the touched users (`process_user_model`), and rebuild a model in full when it
+cannot continue incrementally. What differs between id and gap mode is asked of the mode
+(`sessions.modes`); the DataFrame transforms are `core.sessionize`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sessionize_assets.core import sessionize as core
+from sessionize_assets.core.clock import from_micros
+from sessionize_assets.core.run_limits import RunLimits
+from sessionize_assets.resources.delta import (
+    delta_version,
+    ensure_table,
+    merge,
+    nulls_for,
+    overwrite,
+    read_version,
+    schema_pairs,
+    table_or_empty,
+)
+from sessionize_assets.resources.tables import (
+    FILTERED_EVENTS,
+    QUARANTINED_SESSIONS,
+    SESSIONS,
+    SESSIONS_LIFECYCLE_MANIFEST,
+    SUPERSEDED_SESSIONS,
+    USERS,
+)
+from sessionize_assets.sessions.changes import Changes
+from sessionize_assets.sessions.frames import add_counts, localize, reason_counts, reasons_from
+from sessionize_assets.sessions.modes import SessionMode, side_part
+from sessionize_assets.sessions.outcome import ModelOutcome
+from sessionize_assets.sessions.tables import (
+    LIFECYCLE_SCHEMA,
+    QUARANTINED_SCHEMA,
+    SESSIONS_SCHEMA,
+    SUPERSEDED_SCHEMA,
+    USER_MODEL_SCHEMAS,
+    TablePath,
+)
+from sessionize_assets.settings import Settings
+
+# --- The sessions model -------------------------------------------------------------------------
+
+
+@dataclass
+class SessionsWrite:
+    """What replacing sessions did."""
+
+    users: (
+        DataFrame  # distinct user_identifier whose sessions changed (old or new owner), persisted
+    )
+    written: int  # sessions inserted or updated (new, changed or renumbered)
+    fresh: int  # recomputed sessions
+    content_changed: int  # recomputed sessions that are new or differ from the table's row
+    deleted: int
+    rows_read: int  # later sessions renumbered + one per user for the count of earlier ones
+
+
+def replace_sessions(
+    spark: SparkSession, path: str, new_sessions: DataFrame, replaced_ids: DataFrame
+) -> SessionsWrite:
+    """Replace the sessions `replaced_ids` by `new_sessions` (not numbered) in one MERGE, and
+    renumber the touched users' later sessions.
+
+    Only the touched users' sessions starting at or after the earliest replaced or new session
+    are read and renumbered; earlier ones keep their numbers (their count is the largest of them).
+    """
+    target = table_or_empty(spark, path, SESSIONS_SCHEMA)
+    replaced = replaced_ids.select("session_identifier").distinct()
+    new = new_sessions.select(*[c for c in core.SESSION_COLUMNS if c != "session_number"])
+    old = target.join(replaced, "session_identifier", "left_semi").select(
+        "user_identifier", "start_tstamp"
+    )
+    users = (
+        old.unionByName(new.select("user_identifier", "start_tstamp"))
+        .filter(F.col("user_identifier").isNotNull())
+        .groupBy("user_identifier")
+        .agg(F.min("start_tstamp").alias("_from"))
+    )
+    users = localize(spark, users)
+    user_rows = target.join(users, "user_identifier", "inner").join(
+        replaced, "session_identifier", "left_anti"
+    )
+    earlier = (
+        user_rows.filter(F.col("start_tstamp") < F.col("_from"))
+        .groupBy("user_identifier")
+        .agg(F.max("session_number").alias("_before"))
+    )
+    kept = (
+        user_rows.filter(F.col("start_tstamp") >= F.col("_from"))
+        .select(*core.SESSION_COLUMNS)
+        .withColumn("_old_number", F.col("session_number"))
+        .withColumn("_fresh", F.lit(False))
+        .withColumn("_same", F.lit(True))
+    )
+    content = [c for c in core.SESSION_COLUMNS if c not in ("session_identifier", "session_number")]
+    existing = target.join(
+        new.select("session_identifier"), "session_identifier", "left_semi"
+    ).select(
+        "session_identifier",
+        F.struct(*content).alias("_old_content"),
+        F.col("session_number").alias("_old_number"),
+    )
+    fresh = (
+        new.withColumn("session_number", F.lit(None).cast("long"))
+        .join(existing, "session_identifier", "left")
+        .withColumn("_fresh", F.lit(True))
+        .withColumn(
+            "_same", F.coalesce(F.col("_old_content").eqNullSafe(F.struct(*content)), F.lit(False))
+        )
+        .select(*core.SESSION_COLUMNS, "_old_number", "_fresh", "_same")
+    )
+    numbered = core.number_sessions(kept.unionByName(fresh)).join(
+        earlier, "user_identifier", "left"
+    )
+    numbered = numbered.withColumn(
+        "session_number",
+        F.when(
+            F.col("user_identifier").isNotNull(),
+            F.col("session_number") + F.coalesce(F.col("_before"), F.lit(0)),
+        ).cast("long"),
+    )
+    changed = ~F.col("_same") | ~F.col("_old_number").eqNullSafe(F.col("session_number"))
+    deletes = replaced.join(new.select("session_identifier"), "session_identifier", "left_anti")
+    source = numbered.select(
+        *core.SESSION_COLUMNS,
+        F.lit(False).alias("_delete"),
+        F.col("_fresh"),
+        F.col("_same"),
+        changed.alias("_changed"),
+        F.col("_before").isNotNull().alias("_has_before"),
+    ).unionByName(
+        deletes.select(
+            "session_identifier",
+            *nulls_for(SESSIONS_SCHEMA, "session_identifier"),
+            F.lit(True).alias("_delete"),
+            F.lit(False).alias("_fresh"),
+            F.lit(False).alias("_same"),
+            F.lit(True).alias("_changed"),
+            F.lit(False).alias("_has_before"),
+        )
+    )
+    source = localize(spark, source)
+    counts = source.agg(
+        F.sum(F.when(F.col("_delete"), 1).otherwise(0)).alias("deleted"),
+        F.sum(F.when(~F.col("_delete") & F.col("_changed"), 1).otherwise(0)).alias("written"),
+        F.sum(F.when(F.col("_fresh"), 1).otherwise(0)).alias("fresh"),
+        F.sum(F.when(F.col("_fresh") & ~F.col("_same"), 1).otherwise(0)).alias("content_changed"),
+        F.sum(F.when(~F.col("_delete") & ~F.col("_fresh"), 1).otherwise(0)).alias("later"),
+        F.countDistinct(F.when(F.col("_has_before"), F.col("user_identifier"))).alias(
+            "users_before"
+        ),
+    ).collect()[0]
+    written, deleted = int(counts["written"] or 0), int(counts["deleted"] or 0)
+    if written or deleted:
+        merge(
+            spark,
+            path,
+            source.filter(F.col("_changed")).select(*core.SESSION_COLUMNS, "_delete"),
+            "session_identifier",
+            SESSIONS_SCHEMA,
+        )
+    elif delta_version(path) is None:
+        ensure_table(spark, path, SESSIONS_SCHEMA)
+    source.unpersist()
+    return SessionsWrite(
+        users=users,
+        written=written,
+        fresh=int(counts["fresh"] or 0),
+        content_changed=int(counts["content_changed"] or 0),
+        deleted=deleted,
+        rows_read=int(counts["later"] or 0) + int(counts["users_before"] or 0),
+    )
+
+
+def process_sessions(
+    spark: SparkSession,
+    table_path: TablePath,
+    settings: Settings,
+    mode: SessionMode,
+    limits: RunLimits,
+    snapshot: DataFrame,
+    changes: Changes,
+    now: dt.datetime,
+    outcome: ModelOutcome,
+) -> DataFrame:
+    """Recompute the sessions the changes touch and replace them. Returns the touched users
+    (persisted; the caller unpersists)."""
+    lifecycle = table_or_empty(spark, table_path(SESSIONS_LIFECYCLE_MANIFEST), LIFECYCLE_SCHEMA)
+    touched = mode.touched(spark, snapshot, lifecycle, changes, limits)
+    outcome.rows_read["lifecycle rows"] = touched.lifecycle_rows
+    read = core.with_reason(touched.read, settings).persist()
+    read_stats = read.agg(F.count(F.lit(1)).alias("n"), *reason_counts()).collect()[0]
+    outcome.rows_read["events of touched sessions"] = int(read_stats["n"] or 0)
+    add_counts(outcome.excluded, reasons_from(read_stats))
+    result = mode.sessionize(read.filter(F.col(core.REASON).isNull()).drop(core.REASON), touched)
+    computed = localize(spark, mode.in_scope(result.sessions, touched))
+    excluded_stats = result.excluded.agg(*reason_counts()).collect()[0]
+    add_counts(outcome.excluded, reasons_from(excluded_stats))
+
+    write = replace_sessions(spark, table_path(SESSIONS), computed, touched.replaced_ids)
+    outcome.rows_read["sessions renumbered or counted"] = write.rows_read
+    outcome.rows_written["sessions written"] = write.written
+    outcome.rows_written["sessions deleted"] = write.deleted
+    outcome.rows_written["sessions renumbered only"] = write.written - write.content_changed
+    outcome.touched = write.content_changed + write.deleted
+
+    # Lifecycle manifest (core.lifecycle.action): id mode keeps every session it has seen
+    # (first-seen user, frozen quarantine); gap mode mirrors the sessions.
+    update = mode.lifecycle_update(computed, touched.replaced_ids, write.fresh, write.deleted)
+    lc_path = table_path(SESSIONS_LIFECYCLE_MANIFEST)
+    if update.rows:
+        merge(spark, lc_path, update.source, "session_identifier", LIFECYCLE_SCHEMA)
+    else:
+        ensure_table(spark, lc_path, LIFECYCLE_SCHEMA)
+    outcome.rows_written["lifecycle rows"] = update.rows
+
+    write_side_tables(
+        spark, table_path, settings, mode, computed, touched.old_lifecycle, now, outcome
+    )
+    computed.unpersist()
+    read.unpersist()
+    touched.unpersist()
+    return write.users
+
+
+def write_side_tables(
+    spark: SparkSession,
+    table_path: TablePath,
+    settings: Settings,
+    mode: SessionMode,
+    computed: DataFrame,
+    old_lifecycle: DataFrame,
+    now: dt.datetime,
+    outcome: ModelOutcome,
+) -> None:
+    """`quarantined_sessions` (id mode: only ever grows; gap mode: equal to the quarantined
+    pieces) and, in gap mode, `superseded_sessions` -- with one count for both."""
+    cap = core._plus_micros(core.LC_START, settings.max_session_days * core.MICROS_PER_DAY)
+    quarantined_now = computed.filter(F.col("is_quarantined"))
+    was = old_lifecycle.filter(F.col("is_quarantined")).select("session_identifier")
+    added = quarantined_now.join(was, "session_identifier", "left_anti").select(
+        "session_identifier",
+        "user_identifier",
+        F.col(core.LC_START).alias("start_tstamp"),
+        cap.alias("capped_at"),
+        F.lit(now).alias("quarantined_at"),
+        F.lit(False).alias("_delete"),
+    )
+    side = side_part(added, QUARANTINED_SESSIONS)
+    for extra in mode.side_rows(quarantined_now, was, old_lifecycle, computed, now):
+        side = side.unionByName(extra)
+    side = localize(spark, side)
+    counts = {
+        (r["_table"], r["_delete"]): int(r["n"])
+        for r in side.groupBy("_table", "_delete").agg(F.count(F.lit(1)).alias("n")).collect()
+    }
+    added_n = counts.get((QUARANTINED_SESSIONS, False), 0)
+    removed_n = counts.get((QUARANTINED_SESSIONS, True), 0)
+    q_path = table_path(QUARANTINED_SESSIONS)
+    quarantine = side.filter(F.col("_table") == QUARANTINED_SESSIONS)
+    if removed_n:
+        merge(
+            spark,
+            q_path,
+            quarantine.select(*[c for c, _ in schema_pairs(QUARANTINED_SCHEMA)], "_delete"),
+            "session_identifier",
+            QUARANTINED_SCHEMA,
+        )
+    elif added_n:
+        quarantine.select(*[c for c, _ in schema_pairs(QUARANTINED_SCHEMA)]).write.format(
+            "delta"
+        ).mode("append").save(q_path)
+    else:
+        ensure_table(spark, q_path, QUARANTINED_SCHEMA)
+    outcome.rows_written["quarantined sessions added"] = added_n
+    outcome.rows_written["quarantined sessions removed"] = removed_n
+    sup_n = counts.get((SUPERSEDED_SESSIONS, False), 0)
+    sup_path = table_path(SUPERSEDED_SESSIONS)
+    if sup_n:
+        side.filter(F.col("_table") == SUPERSEDED_SESSIONS).select(
+            F.col("_superseded").alias("superseded_session_identifier"),
+            "session_identifier",
+            "user_identifier",
+            F.col("_reason").alias("reason"),
+            F.col("quarantined_at").alias("superseded_at"),
+        ).write.format("delta").mode("append").save(sup_path)
+    else:
+        ensure_table(spark, sup_path, SUPERSEDED_SCHEMA)
+    outcome.rows_written["superseded ids"] = sup_n
+    side.unpersist()
+
+
+# --- User-level models (users, user_session_stats) ------------------------------------------------
+
+
+def user_model_rows(model: str, sessions: DataFrame) -> DataFrame:
+    """A user-level model's rows from sessions."""
+    if model == USERS:
+        return core.users_from_sessions(sessions)
+    return core.user_session_stats_from_sessions(sessions)
+
+
+def process_user_model(
+    spark: SparkSession, table_path: TablePath, model: str, users: DataFrame, outcome: ModelOutcome
+) -> None:
+    """Recompute the model's rows of `users` from their sessions; users left without sessions go."""
+    users = localize(spark, users)
+    sessions = table_or_empty(spark, table_path(SESSIONS), SESSIONS_SCHEMA)
+    user_sessions = sessions.join(users, "user_identifier", "left_semi")
+    rows = user_model_rows(model, user_sessions)
+    schema = USER_MODEL_SCHEMAS[model]
+    gone = users.join(rows.select("user_identifier"), "user_identifier", "left_anti")
+    source = rows.withColumn("_delete", F.lit(False)).unionByName(
+        gone.select("user_identifier", *nulls_for(schema, "user_identifier")).withColumn(
+            "_delete", F.lit(True)
+        )
+    )
+    source = localize(spark, source)
+    counts = source.agg(
+        F.sum(F.when(F.col("_delete"), 1).otherwise(0)).alias("deleted"),
+        F.count(F.lit(1)).alias("n"),
+        F.sum(F.when(~F.col("_delete"), F.col("sessions")).otherwise(0)).alias("sessions"),
+    ).collect()[0]
+    n, deleted = int(counts["n"] or 0), int(counts["deleted"] or 0)
+    outcome.rows_read["sessions of touched users"] = int(counts["sessions"] or 0)
+    if n:
+        merge(spark, table_path(model), source, "user_identifier", schema)
+    else:
+        ensure_table(spark, table_path(model), schema)
+    outcome.touched = n
+    outcome.rows_written[f"{model} rows written"] = n - deleted
+    outcome.rows_written[f"{model} rows deleted"] = deleted
+    source.unpersist()
+
+
+# --- Full rebuilds ------------------------------------------------------------------------------
+
+
+def rebuild_sessions(
+    spark: SparkSession,
+    table_path: TablePath,
+    settings: Settings,
+    mode: SessionMode,
+    snapshot: DataFrame,
+    upper: dt.datetime,
+    now: dt.datetime,
+    outcome: ModelOutcome,
+) -> None:
+    """Recompute every session from filtered_events up to the upper limit (id mode: the lifecycle
+    manifest as given) and overwrite sessions, the lifecycle manifest and the quarantine."""
+    lc_path = table_path(SESSIONS_LIFECYCLE_MANIFEST)
+    lifecycle = mode.known_lifecycle(spark, lc_path)
+    if lifecycle is not None:
+        lifecycle = lifecycle.persist()
+    result = core.compute_sessions(snapshot, settings, lifecycle, upper)
+    computed = result.sessions.persist()
+    stats = result.excluded.agg(*reason_counts()).collect()[0]
+    add_counts(outcome.excluded, reasons_from(stats))
+    outcome.rows_read["events (full rebuild)"] = snapshot.count()
+    overwrite(core.session_rows(computed), table_path(SESSIONS))
+    new_lifecycle = mode.rebuilt_lifecycle(core.lifecycle_rows(computed), lifecycle).persist()
+    overwrite(new_lifecycle, lc_path)
+    cap = core._plus_micros("start_tstamp", settings.max_session_days * core.MICROS_PER_DAY)
+    quarantined = new_lifecycle.filter(F.col("is_quarantined")).select(
+        "session_identifier",
+        "user_identifier",
+        "start_tstamp",
+        cap.alias("capped_at"),
+        F.lit(now).alias("quarantined_at"),
+    )
+    overwrite(quarantined, table_path(QUARANTINED_SESSIONS))
+    ensure_table(spark, table_path(SUPERSEDED_SESSIONS), SUPERSEDED_SCHEMA)
+    n = computed.count()
+    outcome.rows_written["sessions (full rebuild)"] = n
+    outcome.touched = n
+    new_lifecycle.unpersist()
+    computed.unpersist()
+    if lifecycle is not None:
+        lifecycle.unpersist()
+
+
+def rebuild_user_model(
+    spark: SparkSession, table_path: TablePath, model: str, outcome: ModelOutcome
+) -> None:
+    """Recompute a user-level model from every session and overwrite it."""
+    sessions = table_or_empty(spark, table_path(SESSIONS), SESSIONS_SCHEMA).persist()
+    outcome.rows_read["sessions (full rebuild)"] = sessions.count()
+    rows = user_model_rows(model, sessions).persist()
+    n = rows.count()
+    overwrite(rows, table_path(model))
+    outcome.rows_written[f"{model} rows (full rebuild)"] = n
+    outcome.touched = n
+    rows.unpersist()
+    sessions.unpersist()
+
+
+def max_session_ts(
+    snapshot: DataFrame, settings: Settings, limits: RunLimits
+) -> dt.datetime | None:
+    """The greatest usable session timestamp up to the upper limit (a full rebuild's last_success)."""
+    prepared = core.usable(core.prepare_events(snapshot, settings), settings)
+    value = (
+        prepared.filter(F.col(core.SESSION_TS) <= F.lit(limits.upper_limit))
+        .agg(F.max(core._micros(core.SESSION_TS)))
+        .collect()[0][0]
+    )
+    return from_micros(value)
+
+
+def next_data_after(
+    spark: SparkSession, table_path: TablePath, settings: Settings, upper: dt.datetime
+) -> dt.datetime | None:
+    """The earliest usable session timestamp after `upper` in the current filtered_events (None:
+    none): where the data resumes after a window that had none."""
+    path = table_path(FILTERED_EVENTS)
+    if delta_version(path) is None:
+        return None
+    prepared = core.usable(core.prepare_events(read_version(spark, path), settings), settings)
+    value = (
+        prepared.filter(F.col(core.SESSION_TS) > F.lit(upper))
+        .agg(F.min(core._micros(core.SESSION_TS)))
+        .collect()[0][0]
+    )
+    return from_micros(value)
