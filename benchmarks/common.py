@@ -16,7 +16,10 @@ from typing import Any
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SCHEMA_VERSION = 2  # 2: histories[].trash_and_rebuild (seed 002's baseline)
+# 2: histories[].trash_and_rebuild (seed 002's baseline); 3: parameters.profile and
+# data.profile (the generator's profile), per measurement `delta_commits_by_table` and
+# `by_branch.*.spark_jobs`
+SCHEMA_VERSION = 3
 
 # Spark settings every measurement adds: an uncompressed, unrolled JSON event log per measurement.
 EVENT_LOG_CONF = {
@@ -303,6 +306,12 @@ def summarize_measurement(raw: Mapping[str, Any]) -> dict[str, Any]:
         if run.get("start") and run.get("end"):
             entry["wall_s"] = round(entry.get("wall_s", 0.0) + run["end"] - run["start"], 3)
         entry["dagster_runs"] = entry.get("dagster_runs", 0) + 1
+    # Spark jobs by the window they were submitted in (Spark's start and the gaps: `other`).
+    for label, jobs in (spark.get("jobs_by_window") or {}).items():
+        entry = by_branch.setdefault(
+            branch_of(label), {"event_rows_read": 0, "other_table_rows_read": 0, "bytes_read": 0}
+        )
+        entry["spark_jobs"] = entry.get("spark_jobs", 0) + int(jobs)
     # Wall time: a load step is all `load`; what a run step spends outside its Dagster runs
     # (planning, reading state, starting Spark) is `other`.
     empty = {"event_rows_read": 0, "other_table_rows_read": 0, "bytes_read": 0}
@@ -353,6 +362,10 @@ def summarize_measurement(raw: Mapping[str, Any]) -> dict[str, Any]:
         + int(delta.get("files_added", 0))
         + int(delta.get("files_removed", 0)),
         "delta_commits": int(delta.get("commits", 0)),
+        "delta_commits_by_table": {
+            name: int(t.get("commits", 0))
+            for name, t in sorted(((raw.get("delta") or {}).get("tables") or {}).items())
+        },
         "shuffle": {
             "read_records": int(tasks.get("shuffle_read_records", 0)),
             "read_bytes": int(tasks.get("shuffle_read_local_bytes", 0))

@@ -100,6 +100,8 @@ class EventLogSummary:
     scans: dict[str, ScanTotals] = field(default_factory=dict)
     # window label -> source -> totals (scans of the SQL executions that started in the window)
     scans_by_window: dict[str, dict[str, ScanTotals]] = field(default_factory=dict)
+    # window label -> Spark jobs submitted in the window (by `Submission Time`)
+    jobs_by_window: dict[str, int] = field(default_factory=dict)
 
     def rows_read(self, kinds: Sequence[str] = ("table", "landing")) -> int:
         """Rows read from the given kinds of sources (the Delta log excluded by default)."""
@@ -121,6 +123,7 @@ class EventLogSummary:
                 w: {k: v.to_json() for k, v in sorted(s.items())}
                 for w, s in self.scans_by_window.items()
             },
+            "jobs_by_window": dict(sorted(self.jobs_by_window.items())),
         }
 
 
@@ -181,8 +184,9 @@ def parse_event_log(
     landing_root: str | None = None,
     windows: Sequence[Window] = (),
 ) -> EventLogSummary:
-    """Summarize an event log's lines. `windows` attribute SQL executions (by start time) to the
-    step or Dagster run they ran in (the innermost window wins; none: `outside`)."""
+    """Summarize an event log's lines. `windows` attribute SQL executions (by start time) and
+    jobs (by submission time) to the step or Dagster run they ran in (the innermost window wins;
+    none: `outside`)."""
     summary = EventLogSummary()
     # accumulator id -> (execution id, source, metric)
     accumulators: dict[int, tuple[int, str, str]] = {}
@@ -235,6 +239,9 @@ def parse_event_log(
                 values[int(accumulator)] += _number(value)
         elif kind == "SparkListenerJobStart":
             summary.jobs += 1
+            label = _window_of(_number(event.get("Submission Time")) / 1000.0, windows)
+            label = label or "outside"
+            summary.jobs_by_window[label] = summary.jobs_by_window.get(label, 0) + 1
         elif kind == "SparkListenerStageCompleted":
             summary.stages += 1
         elif kind == "SparkListenerTaskEnd":
@@ -295,6 +302,8 @@ def merge_summaries(parts: Sequence[EventLogSummary]) -> EventLogSummary:
         )
         for source, totals in part.scans.items():
             out.scans.setdefault(source, ScanTotals()).add(totals)
+        for label, jobs in part.jobs_by_window.items():
+            out.jobs_by_window[label] = out.jobs_by_window.get(label, 0) + jobs
         for label, scans in part.scans_by_window.items():
             for source, totals in scans.items():
                 out.scans_by_window.setdefault(label, {}).setdefault(source, ScanTotals()).add(

@@ -84,8 +84,9 @@ def plot_result(result: Mapping[str, Any], path: Path) -> Path:
     params = result.get("parameters") or {}
     machine = result.get("machine") or {}
     fig.suptitle(
-        f"sessionize benchmark: {params.get('events_per_day')} events/day, policy "
-        f"{params.get('policy')}, {machine.get('cpu_count_logical')} cores",
+        f"sessionize benchmark: {params.get('events_per_day')} events/day, profile "
+        f"{params.get('profile', 'harsh')}, policy {params.get('policy')}, "
+        f"{machine.get('cpu_count_logical')} cores",
         fontsize=10,
     )
     fig.tight_layout()

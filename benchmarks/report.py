@@ -29,15 +29,18 @@ def _n(value: Any) -> str:
 def bench_tables(result: Mapping[str, Any]) -> list[str]:
     """One row per (history length, measurement), then the targets."""
     params, machine = result["parameters"], result["machine"]
+    data = result.get("data") or {}
     lines = [
-        f"{params['events_per_day']:,} events/day, history {params['history']}, policy "
+        f"{params['events_per_day']:,} events/day, history {params['history']}, profile "
+        f"`{params.get('profile', 'harsh')}` ({_n(data.get('late_rows'))} late rows, "
+        f"{_n(data.get('max_lateness_days'))} days late at most), policy "
         f"`{params['policy']}`, {machine['cpu_count_logical']} cores, "
         f"{machine['memory_total_bytes'] / 2**30:.0f} GiB, load average at start "
         f"{machine['loadavg'][0]:.1f}; PySpark {machine['versions'].get('pyspark')}, delta-spark "
         f"{machine['versions'].get('delta-spark')}, DuckDB {machine['versions'].get('duckdb')}.",
         "",
-        "| D | run | wall s | JVM CPU s | event rows read | minimal rows | rows written | files +/− | files read | shuffle rows | peak MiB | tables = DuckDB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| D | run | wall s | JVM CPU s | event rows read | minimal rows | rows written | files +/− | files read | shuffle rows | Spark jobs | Delta commits | peak MiB | tables = DuckDB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for h in result["histories"]:
         for kind, label in (
@@ -62,12 +65,13 @@ def bench_tables(result: Mapping[str, Any]) -> list[str]:
                 f"| {_n((m.get('cpu_s') or {}).get('jvm'))} | {_n(m['rows_read']['event_rows'])} "
                 f"| {_n(minimal)} | {_n(m['rows_written'])} | {m['files_added']}/{m['files_removed']} "
                 f"| {_n(m['files_read'])} | {_n(m['shuffle']['read_records'])} "
+                f"| {_n(m.get('spark_jobs'))} | {_n(m.get('delta_commits'))} "
                 f"| {_mb(m['peak_memory_bytes'])} | {equal} |"
             )
         duck = h["duckdb_full"]
         lines.append(
             f"| {h['history_days']} | DuckDB (D days) | {_n(duck['wall_s'])} | – | {_n(duck['raw_rows'])} "
-            f"| – | – | – | – | – | – | – |"
+            f"| – | – | – | – | – | – | – | – | – |"
         )
     lines += ["", "| target | value | met | same on JVM CPU |", "|---|---|---|---|"]
     for name, t in result["targets"].items():
@@ -79,10 +83,10 @@ def bench_tables(result: Mapping[str, Any]) -> list[str]:
 
 
 def branch_table(result: Mapping[str, Any]) -> list[str]:
-    """Where the incremental and no-op runs spent their reads and time, per branch."""
+    """Where the incremental and no-op runs spent their reads, time and Spark jobs, per branch."""
     lines = [
-        "| D | run | branch | wall s | event rows read | other table rows read | Dagster runs |",
-        "|---|---|---|---|---|---|---|",
+        "| D | run | branch | wall s | event rows read | other table rows read | Dagster runs | Spark jobs |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for h in result["histories"]:
         for kind in ("full_rebuild", "incremental", "noop"):
@@ -90,8 +94,54 @@ def branch_table(result: Mapping[str, Any]) -> list[str]:
                 lines.append(
                     f"| {h['history_days']} | {kind} | {branch} | {_n(b.get('wall_s'))} "
                     f"| {_n(b['event_rows_read'])} | {_n(b['other_table_rows_read'])} "
-                    f"| {_n(b.get('dagster_runs'))} |"
+                    f"| {_n(b.get('dagster_runs'))} | {_n(b.get('spark_jobs'))} |"
                 )
+    return lines
+
+
+def commits_by_table(history: Mapping[str, Any], kind: str) -> dict[str, int]:
+    """A run's Delta commits per table: the summary's (schema version 3) or, in older results,
+    the raw measurement's per-table Delta metrics."""
+    m = history.get(kind) or {}
+    if "delta_commits_by_table" in m:
+        return dict(m["delta_commits_by_table"])
+    tables = (((history.get("raw") or {}).get(kind) or {}).get("delta") or {}).get("tables") or {}
+    return {name: int(t.get("commits", 0)) for name, t in tables.items()}
+
+
+def commits_table(result: Mapping[str, Any]) -> list[str]:
+    """Delta commits per table of every run."""
+    kinds = (
+        ("full_rebuild", "catch-up"),
+        ("incremental", "incremental"),
+        ("noop", "no-op"),
+        ("trash_and_rebuild", "trash and rebuild"),
+    )
+    tables = sorted(
+        {
+            t
+            for h in result["histories"]
+            for kind, _ in kinds
+            if h.get(kind) is not None
+            for t in commits_by_table(h, kind)
+        }
+    )
+    if not tables:
+        return []
+    lines = [
+        "| D | run | " + " | ".join(tables) + " | all |",
+        "|---|---|" + "---|" * (len(tables) + 1),
+    ]
+    for h in result["histories"]:
+        for kind, label in kinds:
+            m = h.get(kind)
+            if m is None:
+                continue
+            by_table = commits_by_table(h, kind)
+            cells = " | ".join(_n(by_table.get(t, 0)) for t in tables)
+            lines.append(
+                f"| {h['history_days']} | {label} | {cells} | {_n(m.get('delta_commits'))} |"
+            )
     return lines
 
 
@@ -127,6 +177,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("\n".join(bench_tables(result)))
             print()
             print("\n".join(branch_table(result)))
+            commits = commits_table(result)
+            if commits:
+                print()
+                print("\n".join(commits))
         print()
     return 0
 

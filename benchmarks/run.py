@@ -3,10 +3,15 @@ catch-up from scratch), checked against a DuckDB reference.
 
     python -m benchmarks.run [--days 20] [--events-per-day 20000] [--history 5,10]
                              [--out benchmarks/results] [--policy exact|default]
+                             [--profile realistic|harsh]
 
 For every history length D (the `--history` points and `--days`), on one seeded generated data set
-(`sessionize_assets.generator.generate`: ~5% of rows late by up to 60 days, bots, duplicates,
-malformed rows) of max(D) + 1 load days:
+(`sessionize_assets.generator.generate`: ~5% of rows late, bots, duplicates, malformed rows) of
+max(D) + 1 load days. `--profile` picks how late (the generator's profiles): `realistic` (the
+default: most late rows within hours, a thin tail of days, many one-visit users and a heavy tail
+of active ones) or `harsh` (late rows 6 hours to 60 days, log-uniform, so every new load day
+touches almost every event day of history; a fixed pool of returning users: the data of the
+results before schema version 3):
 
 1. catch-up from scratch (JSON `full_rebuild`): a fresh home; `sessionize load` of load days 1..D,
    then one `sessionize run` (backfill_limit_days covers everything, so it is one catch-up);
@@ -19,7 +24,8 @@ malformed rows) of max(D) + 1 load days:
    the Delta tables Spark wrote; the minimal rows the incremental run needed.
 
 Each measurement runs in its own process (`benchmarks.measure`): wall time, rows and bytes read
-(Spark event log), rows and files written (Delta commit metrics), peak driver memory and CPU.
+(Spark event log), Spark jobs (in all and per branch), rows and files written and Delta commits (in
+all and per table; Delta commit metrics), peak driver memory and CPU.
 One JSON file per benchmark run (stable schema, `SCHEMA_VERSION`) and a PNG plot go to `--out`.
 """
 
@@ -298,7 +304,10 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
 
     started = time.time()
     machine = common.machine_facts()
-    log(f"generating {total_days} load days x {args.events_per_day} events into {data}")
+    log(
+        f"generating {total_days} load days x {args.events_per_day} events "
+        f"(profile {args.profile}) into {data}"
+    )
     t = time.perf_counter()
     summary = generate(
         data,
@@ -308,6 +317,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         seed=args.seed,
         file_format=args.format,
         overwrite=True,
+        profile=args.profile,
     )
     generation_s = time.perf_counter() - t
     settings = common.benchmark_settings(start, total_days + 1, args.policy)
@@ -473,6 +483,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             "history": points,
             "seed": args.seed,
             "format": args.format,
+            "profile": args.profile,
             "start_date": start.isoformat(),
             "policy": args.policy,
             "settings": settings,
@@ -482,10 +493,15 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         "data": {
             "load_days": total_days,
             "generation_s": round(generation_s, 2),
+            "profile": summary.profile,
+            "profile_parameters": summary.profile_parameters,
             "total_rows": summary.total_rows,
             "events": summary.events,
             "late_rows": summary.late_rows,
+            "late_rows_by_days_late": summary.late_rows_by_days_late,
             "max_lateness_days": summary.max_lateness_days,
+            "device_late_rows": summary.device_late_rows,
+            "users": summary.users,
             "bot_events": summary.bot_events,
             "duplicate_rows": summary.duplicate_rows,
             "malformed_rows": summary.malformed_rows,
@@ -543,6 +559,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--format", choices=("csv", "json", "mixed"), default="csv")
     parser.add_argument("--start-date", type=dt.date.fromisoformat, default=DEFAULT_START)
     parser.add_argument("--policy", choices=("exact", "default"), default="exact")
+    parser.add_argument(
+        "--profile",
+        choices=("realistic", "harsh"),
+        default="realistic",
+        help="the generator's profile: late rows within hours (realistic) or up to 60 days (harsh)",
+    )
     parser.add_argument(
         "--spark-conf",
         action="append",

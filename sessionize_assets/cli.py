@@ -56,8 +56,15 @@ def cmd_generate(ctx: CommandContext) -> int:
         seed=a.seed,
         late_share=a.late_share,
         file_format=a.format,
+        profile=a.profile,
     )
-    _print(summary.lines() if hasattr(summary, "lines") else [str(summary)])
+    _print(
+        [
+            f"wrote {summary.total_rows} rows ({summary.events} events, {summary.users} users, "
+            f"{summary.late_rows} late) in {len(summary.files)} files under {a.out} "
+            f"(profile {summary.profile}, seed {summary.seed})"
+        ]
+    )
     return 0
 
 
@@ -234,6 +241,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--start-date", type=_date, default=None)
     p.add_argument("--late-share", type=float, default=0.05)
+    p.add_argument(
+        "--profile",
+        choices=("harsh", "realistic"),
+        default="harsh",
+        help="late rows up to 60 days, every day touched (harsh) or mostly within hours (realistic)",
+    )
     p.add_argument("--format", choices=("csv", "json", "mixed"), default="csv")
     p.set_defaults(func=cmd_generate)
 

@@ -14,7 +14,7 @@ Layout written into `out_dir`::
 Every row carries its own `load_tstamp`; a file's rows all have that file's load day. What the data
 holds (the model behind it):
 
-- human users (a skewed pool: some come back often), each with a tracker-assigned
+- human users (who visits depends on the profile, below), each with a tracker-assigned
   `domain_sessionid` per visit; events within a visit are seconds to minutes apart (page view,
   page pings every ~10 s while engaged, link clicks, structured e-commerce/docs events with
   `se_value`), idle stretches under 25 minutes; a user's visits are more than 30 minutes apart, so
@@ -24,9 +24,9 @@ holds (the model behind it):
   than `max_session_days` = 3 in both session modes, to exercise quarantine);
 - timing as Snowplow's: `derived_tstamp = collector - (dvce_sent - dvce_created)`; some device
   clocks are off by minutes to hours (derived corrects them); most rows load within a minute of
-  `collector_tstamp`, a `late_share` loads 6 hours to `max_late_days` later (log-uniform); a
+  `collector_tstamp`, a `late_share` loads later (how much later: the profile); a
   `device_late_share` was created offline and sent 10 minutes to 10 days later (so
-  `dvce_sent - dvce_created` can exceed `days_late_allowed`);
+  `dvce_sent - dvce_created` can exceed `days_late_allowed`; the profile shapes the delay);
 - duplicated `event_id`s (`DUPLICATE_KINDS`): the same row loaded twice on the same load day, on a
   later load day (1 to `max_duplicate_delay_days` later), or re-sent by the tracker (later
   `dvce_sent_tstamp` and `collector_tstamp`, same `derived_tstamp`);
@@ -38,7 +38,36 @@ holds (the model behind it):
   never have `derived_tstamp` after `load_tstamp`.
 
 Rows past the end of the generated range (load time at or after `start_date + days`) are not
-written; the manifest counts what was written.
+written; the manifest counts what was written. Near the end a late row's delay is drawn from what
+still fits before it (a row with no room for any delay loads on time).
+
+Profiles (`profile=`, frozen `Profile` dataclasses in `PROFILES`; bots, duplicates and malformed
+rows are the same in both, and so are `late_share` and `device_late_share`):
+
+- `harsh` (the default of `generate`, the generator's original output byte for byte): late rows
+  load 6 hours to `max_late_days` after collection, log-uniform (with 60 days, three in four are
+  more than a day late), so every load day holds rows of almost every earlier event day;
+  device-late rows are sent 10 minutes to 10 days late, log-uniform (17% of them after more than
+  3 days); users come from a fixed pool (`SkewedPool`: about 3 visits each, few one-visit users,
+  no heavy tail). A stress case for the reprocessing of late event days.
+- `realistic` (the benchmark's default): late rows: 90% load 5 minutes to 6 hours after
+  collection, 9.5% 6 hours to 3 days, 0.5% 3 days to `max_late_days` (each band log-uniform);
+  device-late rows: 90% sent 10 minutes to 6 hours after creation, 9% 6 hours to 3 days, 1% 3 to
+  10 days; users: half of the visits are by first-time users, the others by returning users
+  drawn in proportion to a Pareto engagement weight (`EngagedUsers`: Zipf-like, most users visit
+  once in a few weeks, a few daily).
+
+  Basis (reasoning, not a fitted data set). Snowplow's documentation on late-arriving data names
+  two kinds: late *sent* events (the device was offline: mobile trackers store events and send
+  them when the connection and the app are back) and late *loaded* events (collector to load:
+  batch loading, pipeline problems); it handles the first with `days_late_allowed` and the second
+  with a lookback of hours (`lookback_window_hours`; the project's defaults are 3 days and 6
+  hours). Delivery retries, loader micro-batches and short offline stretches (a tunnel, a flight)
+  are minutes to hours; an app not reopened for days or a pipeline incident gives days; failed
+  events recovered and replayed later give the rare weeks. Who visits: web analytics tools commonly
+  show most visitors of a site in a month coming once and a small core of returning users making
+  a disproportionate share of the visits; a heavy-tailed (Pareto) engagement per user reproduces
+  both, and its rank-frequency curve is Zipf's (weight of rank r ~ r^(-1/1.1)).
 """
 
 from __future__ import annotations
@@ -75,7 +104,7 @@ MALFORMED_KINDS_JSON: tuple[str, ...] = (
 MANIFEST_NAME = "_manifest.json"  # leading underscore: loaders skip it (Hadoop convention)
 FILE_NAMES: dict[str, str] = {"csv": "events.csv", "json": "events.ndjson"}
 ON_TIME_MAX_SECONDS = 60  # on-time rows load within this many seconds of collector_tstamp
-LATE_MIN_HOURS = 6  # a late row loads at least this long after collector_tstamp
+LATE_MIN_HOURS = 6  # `harsh`: a late row loads at least this long after collector_tstamp
 
 # Snowplow atomic column names, in Snowplow's order; JSON columns (context/unstruct) last so a CSV
 # row missing trailing fields still has a readable load_tstamp.
@@ -319,6 +348,8 @@ class GenerationSummary:
     events_per_day: int
     seed: int
     file_format: str
+    profile: str
+    profile_parameters: dict[str, Any]
     parameters: dict[str, float | int]
     files: list[str]
     rows_per_load_day: dict[str, int]
@@ -436,6 +467,191 @@ def json_line(row: LandingRow) -> str:
     return text
 
 
+# --- profiles: how late rows arrive and how often users come back --------------------------------
+
+
+@dataclass(frozen=True)
+class Band:
+    """One band of a delay mixture: `weight` of the draws, log-uniform from `low_ms` to `high_ms`
+    (None: up to the ceiling of the draw, e.g. `max_late_days`)."""
+
+    weight: float
+    low_ms: int
+    high_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class Delay:
+    """A delay distribution: a mixture of log-uniform bands.
+
+    `draw` picks a band among those that fit under the ceiling (the room left before the end of
+    the generated range, or `max_late_days`), weights renormalized, then a log-uniform value in
+    it. With a single band no band is drawn (so the random stream is the one of a plain
+    log-uniform draw).
+    """
+
+    bands: tuple[Band, ...]
+
+    @property
+    def min_ms(self) -> int:
+        """The shortest possible delay: a delay needs at least this much room."""
+        return min(b.low_ms for b in self.bands)
+
+    def draw(self, rng: random.Random, ceiling_ms: int) -> int:
+        """A delay in [min_ms, ceiling_ms]; the caller checks `ceiling_ms >= min_ms`."""
+        if len(self.bands) == 1:
+            band = self.bands[0]
+        else:
+            fitting = [b for b in self.bands if b.low_ms <= ceiling_ms]
+            band = rng.choices(fitting, [b.weight for b in fitting])[0]
+        high = ceiling_ms if band.high_ms is None else min(band.high_ms, ceiling_ms)
+        return int(log_uniform(rng, band.low_ms, high))
+
+
+class _UserChooser:
+    """Proposes the user of the next visit (`candidate`) and learns the visits (`visited`)."""
+
+    def candidate(self, rng: random.Random) -> int:
+        raise NotImplementedError
+
+    def visited(self, index: int) -> None:
+        """A visit by user `index` happened."""
+
+
+class _PoolChooser(_UserChooser):
+    def __init__(self, pool: int, skew: float) -> None:
+        self.pool, self.skew = pool, skew
+
+    def candidate(self, rng: random.Random) -> int:
+        return int(self.pool * rng.random() ** self.skew)
+
+
+class _EngagedChooser(_UserChooser):
+    """New users with a Pareto engagement weight; returning visits drawn in proportion to it
+    (a Fenwick tree over the users' weights: O(log users) per draw and per new user)."""
+
+    def __init__(self, new_user_share: float, shape: float, max_weight: float) -> None:
+        self.new_user_share, self.shape, self.max_weight = new_user_share, shape, max_weight
+        self.tree: list[float] = [0.0]  # 1-based Fenwick tree; user i is position i + 1
+        self.total = 0.0
+
+    def _prefix(self, k: int) -> float:
+        out = 0.0
+        while k > 0:
+            out += self.tree[k]
+            k -= k & -k
+        return out
+
+    def _add_user(self, weight: float) -> int:
+        i = len(self.tree)
+        self.tree.append(weight + self._prefix(i - 1) - self._prefix(i - (i & -i)))
+        self.total += weight
+        return i - 1
+
+    def _find(self, x: float) -> int:
+        """The user whose weight interval holds x (0 <= x < total)."""
+        n = len(self.tree) - 1
+        pos, step = 0, 1 << (n.bit_length() - 1)
+        while step:
+            if pos + step <= n and self.tree[pos + step] <= x:
+                x -= self.tree[pos + step]
+                pos += step
+            step >>= 1
+        return min(pos, n - 1)
+
+    def candidate(self, rng: random.Random) -> int:
+        if self.total == 0.0 or rng.random() < self.new_user_share:
+            return self._add_user(min(rng.paretovariate(self.shape), self.max_weight))
+        return self._find(rng.random() * self.total)
+
+
+@dataclass(frozen=True)
+class SkewedPool:
+    """A fixed pool of users, `visits_per_user` visits each on average over the first
+    `max_pool_days` days, user index = pool × U^`skew` (U uniform): every user keeps coming back,
+    low indexes more often. Few one-visit users, no heavy tail."""
+
+    skew: float = 1.5
+    visits_per_user: float = 3.0
+    max_pool_days: int = 30
+
+    def chooser(self, sessions_per_day: float, days: int) -> _UserChooser:
+        pool = max(5, int(sessions_per_day * min(days, self.max_pool_days) / self.visits_per_user))
+        return _PoolChooser(pool, self.skew)
+
+
+@dataclass(frozen=True)
+class EngagedUsers:
+    """Users differ in how engaged they are: a visit is by a first-time user with probability
+    `new_user_share`; each new user draws an engagement weight from a Pareto law (shape
+    `engagement_shape`, minimum 1, capped at `max_engagement`), and a returning visit goes to a
+    past user in proportion to that weight. Ranked by weight, users follow Zipf's law (weight of
+    rank r ~ r^(-1/shape)); most users have a weight near 1 and do not come back within a few
+    weeks, a few come back daily. Users keep arriving every day."""
+
+    new_user_share: float = 0.5
+    engagement_shape: float = 1.1
+    max_engagement: float = 2000.0
+
+    def chooser(self, sessions_per_day: float, days: int) -> _UserChooser:
+        return _EngagedChooser(self.new_user_share, self.engagement_shape, self.max_engagement)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How a data set's rows arrive late and how its users come back (see the module docstring).
+
+    `load_delay`: how long after `collector_tstamp` a late row (`late_share`) loads;
+    `device_delay`: how long after `dvce_created_tstamp` a device-late row (`device_late_share`,
+    created offline) is sent; `users`: who makes each human visit.
+    """
+
+    name: str
+    load_delay: Delay
+    device_delay: Delay
+    users: SkewedPool | EngagedUsers
+
+    def to_json(self) -> dict[str, Any]:
+        """The parameters as JSON values, for the manifest (delays in milliseconds)."""
+        out = asdict(self)
+        out["users"] = {"kind": type(self.users).__name__, **out["users"]}
+        return json.loads(json.dumps(out))
+
+
+HARSH = Profile(
+    name="harsh",
+    # 6 hours to max_late_days, log-uniform (with 60 days, 3 late rows in 4 are over a day late),
+    # so a load day holds rows of almost every earlier event day (the original behaviour).
+    load_delay=Delay((Band(1.0, LATE_MIN_HOURS * HOUR),)),
+    device_delay=Delay((Band(1.0, 10 * MINUTE, 10 * DAY),)),
+    users=SkewedPool(),
+)
+REALISTIC = Profile(
+    name="realistic",
+    # Most late rows within hours (collector and loader retries, loader batches, short offline
+    # stretches), a thin tail of days (pipeline incidents), a tiny tail up to max_late_days
+    # (failed events recovered and replayed).
+    load_delay=Delay(
+        (
+            Band(0.90, 5 * MINUTE, 6 * HOUR),
+            Band(0.095, 6 * HOUR, 3 * DAY),
+            Band(0.005, 3 * DAY),
+        )
+    ),
+    # Mobile trackers buffer events offline and send them when the app is back online: mostly
+    # minutes to hours, a few after days (the app not reopened).
+    device_delay=Delay(
+        (
+            Band(0.90, 10 * MINUTE, 6 * HOUR),
+            Band(0.09, 6 * HOUR, 3 * DAY),
+            Band(0.01, 3 * DAY, 10 * DAY),
+        )
+    ),
+    users=EngagedUsers(),
+)
+PROFILES: dict[str, Profile] = {p.name: p for p in (HARSH, REALISTIC)}
+
+
 # --- the event model (functional core: emits LandingRows to a sink) -----------------------------
 
 
@@ -498,8 +714,10 @@ class EventModel:
         max_duplicate_delay_days: int = 3,
         malformed_share: float = 0.005,
         midnight_share: float = 0.03,
+        profile: Profile = HARSH,
     ) -> None:
         self.rng = random.Random(seed)
+        self.profile = profile
         self.start_ms = day_start_ms(start_date)
         self.days = days
         self.end_ms = self.start_ms + days * DAY
@@ -522,7 +740,7 @@ class EventModel:
             else max(1, round(self.bot_events_per_day / mean_bot_events_per_day))
         )
         sessions_per_day = max(1.0, self.human_events_per_day / 18.0)
-        self.user_pool = max(5, int(sessions_per_day * min(days, 30) / 3))
+        self.chooser = profile.users.chooser(sessions_per_day, days)
         self.users: dict[int, _User] = {}
         self.stats = _Stats()
         self._sink: Callable[[LandingRow], None] = lambda row: None
@@ -558,16 +776,21 @@ class EventModel:
                 return day_start + ms_of_day
 
     def _pick_user(self, start: int) -> tuple[_User, int]:
+        """The visit's user (the profile proposes, up to 4 times, one free at `start`) and its
+        start (after the last proposed user's current visit when none was free)."""
         rng = self.rng
         user = None
+        index = -1
         for _ in range(4):
-            index = int(self.user_pool * rng.random() ** 1.5)
+            index = self.chooser.candidate(rng)
             user = self.users.get(index)
             if user is None:
                 user = self.users[index] = _User(rng, index)
             if user.free_at <= start:
+                self.chooser.visited(index)
                 return user, start
         assert user is not None
+        self.chooser.visited(index)
         return user, user.free_at + rng.randrange(3 * HOUR)
 
     def _template(
@@ -775,22 +998,20 @@ class EventModel:
         device_late = human and not late and r < self.late_share + self.device_late_share
         if device_late:  # created offline, sent when the device came back
             room = self.end_ms - t - 10 * SECOND
-            if room < 10 * MINUTE:
+            if room < self.profile.device_delay.min_ms:
                 device_late = False
             else:
-                send_delay = int(log_uniform(rng, 10 * MINUTE, min(10 * DAY, room)))
+                send_delay = self.profile.device_delay.draw(rng, room)
         created = t + offset_ms
         sent = created + send_delay
         collector = t + send_delay + net
         derived = collector - (sent - created)
         if late:
             room = self.end_ms - 1 - collector
-            late = room >= LATE_MIN_HOURS * HOUR
+            late = room >= self.profile.load_delay.min_ms
         if late:
             etl = collector + rng.randint(400, 3 * SECOND)
-            load = collector + int(
-                log_uniform(rng, LATE_MIN_HOURS * HOUR, min(self.max_late_ms, room))
-            )
+            load = collector + self.profile.load_delay.draw(rng, min(self.max_late_ms, room))
         else:
             timing = self._on_time_load(collector)
             if timing is None:
@@ -1009,14 +1230,18 @@ def generate(
     malformed_share: float = 0.005,
     midnight_share: float = 0.03,
     overwrite: bool = False,
+    profile: str | Profile = "harsh",
 ) -> GenerationSummary:
     """Write a seeded, realistic landing data set: one file per load day plus `manifest.json`.
 
     Load days are `start_date` .. `start_date + days - 1`; about `events_per_day` rows per load day
     (original events plus duplicate and malformed copies). Shares are of original events:
-    `late_share` load 6 hours to `max_late_days` after collection, `device_late_share` were sent
-    10 minutes to 10 days after creation, `bot_share` come from bots, `duplicate_share` are loaded a
-    second time, `malformed_share` get a corrupted copy. Same arguments, same bytes.
+    `late_share` load late (`harsh`: 6 hours to `max_late_days` after collection; `realistic`:
+    mostly within hours, see `PROFILES`), `device_late_share` were sent 10 minutes to 10 days after
+    creation, `bot_share` come from bots, `duplicate_share` are loaded a second time,
+    `malformed_share` get a corrupted copy. `profile` (a name in `PROFILES` or a `Profile`) shapes
+    the delays and who visits; `harsh`, the default, is the generator's original output. Same
+    arguments, same bytes.
     Raises UserError for an invalid parameter, or when `out_dir` already holds generated files and
     `overwrite` is false.
     """
@@ -1030,6 +1255,9 @@ def generate(
     _check("days", days >= 1, "must be at least 1")
     _check("events_per_day", events_per_day >= 1, "must be at least 1")
     _check("file_format", file_format in FILE_FORMATS, f"must be one of {', '.join(FILE_FORMATS)}")
+    if isinstance(profile, str):
+        _check("profile", profile in PROFILES, f"must be one of {', '.join(PROFILES)}")
+        profile = PROFILES[profile]
     for name, value in (
         ("late_share", late_share),
         ("device_late_share", device_late_share),
@@ -1042,8 +1270,11 @@ def generate(
     _check(
         "late_share", late_share + device_late_share < 1.0, "plus device_late_share must be below 1"
     )
+    shortest_late_hours = profile.load_delay.min_ms / HOUR
     _check(
-        "max_late_days", max_late_days * 24 > LATE_MIN_HOURS, f"must exceed {LATE_MIN_HOURS} hours"
+        "max_late_days",
+        max_late_days * DAY > profile.load_delay.min_ms,
+        f"must exceed {shortest_late_hours:g} hours",
     )
     _check("max_duplicate_delay_days", max_duplicate_delay_days >= 1, "must be at least 1")
 
@@ -1064,6 +1295,7 @@ def generate(
         max_duplicate_delay_days=max_duplicate_delay_days,
         malformed_share=malformed_share,
         midnight_share=midnight_share,
+        profile=profile,
     )
     files = _LandingFiles(out, start_date, days, file_format)
     try:
@@ -1092,6 +1324,8 @@ def generate(
         events_per_day=events_per_day,
         seed=seed,
         file_format=file_format,
+        profile=profile.name,
+        profile_parameters=profile.to_json(),
         parameters={
             "late_share": late_share,
             "max_late_days": max_late_days,

@@ -1,11 +1,11 @@
 """The benchmark harness: its pure parts on small inputs, and one end-to-end smoke run.
 
 The smoke run (`python -m benchmarks.run --days 2 --events-per-day 20000 --history ""`: 3 load
-days of 20,000 events, the issue's smoke size; catch-up of days 1-2, incremental day 3, no-op, and
-the trash-and-rebuild baseline (day 3 loaded into a copy, every table recomputed), each in its own
-Spark process, plus the DuckDB reference) exercises every part; most of its cost is four Spark
-start-ups and the pipeline's fixed per-run work (see docs/benchmarks.md). SESSIONIZE_SKIP_BENCH_SMOKE=1
-leaves it out.
+days of 20,000 events of the generator's `realistic` profile, the issue's smoke size; catch-up of
+days 1-2, incremental day 3, no-op, and the trash-and-rebuild baseline (day 3 loaded into a copy,
+every table recomputed), each in its own Spark process, plus the DuckDB reference) exercises every
+part; most of its cost is four Spark start-ups and the pipeline's fixed per-run work (see
+docs/benchmarks.md). SESSIONIZE_SKIP_BENCH_SMOKE=1 leaves it out.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import pytest
 
 from benchmarks import common, deltastats, eventlog, reference
 from benchmarks.cluster import cluster_spark_conf, comparable_columns
-from benchmarks.run import evaluate_targets, main, parse_history
+from benchmarks.report import commits_by_table
+from benchmarks.run import build_parser, evaluate_targets, main, parse_history
 
 # --- Spark event log parsing ------------------------------------------------------------------
 
@@ -82,6 +83,7 @@ def test_event_log_rows_read_per_table_and_window() -> None:
                 f"PreparedDeltaFileIndex(1 paths)[file:{wh}/filtered_events]", 1, 2, 3
             ),
         },
+        {"Event": "SparkListenerJobStart", "Job ID": 0, "Submission Time": 1_010_500},
         _task_end({1: 60}, 60),
         _task_end({1: 40}, 40),
         {"Event": eventlog.DRIVER_ACCUM, "executionId": 0, "accumUpdates": [[2, 4], [3, 4096]]},
@@ -93,7 +95,10 @@ def test_event_log_rows_read_per_table_and_window() -> None:
                 f"TahoeLogFileIndex[file:{wh}/sessions/_delta_log/00.checkpoint.parquet]", 7, 8, 9
             ),
         },
+        {"Event": "SparkListenerJobStart", "Job ID": 1, "Submission Time": 1_030_100},
+        {"Event": "SparkListenerJobStart", "Job ID": 2, "Submission Time": 1_030_200},
         _task_end({7: 5}, 5),
+        {"Event": "SparkListenerJobStart", "Job ID": 3, "Submission Time": 1_060_000},
         {
             "Event": eventlog.SQL_START,
             "executionId": 2,
@@ -141,6 +146,10 @@ def test_event_log_rows_read_per_table_and_window() -> None:
     assert "table:events" not in summary.scans_by_window["run:filtered_events"]
     assert summary.scans_by_window["run"]["table:events"].rows == 9
     assert summary.tasks == 5
+    assert summary.jobs == 4
+    # Jobs by submission time: the innermost window, `outside` when none holds it.
+    assert summary.jobs_by_window == {"run:filtered_events": 1, "run": 2, "outside": 1}
+    assert summary.to_json()["jobs_by_window"] == {"outside": 1, "run": 2, "run:filtered_events": 1}
     assert summary.task_totals["input_records"] == 121
     assert summary.task_totals["shuffle_write_records"] == 15
 
@@ -284,6 +293,7 @@ def test_measurement_summary_splits_reads_and_time_by_branch() -> None:
         ],
         "spark": {
             "jobs": 3,
+            "jobs_by_window": {"run:days_to_process,filtered_events": 2, "outside": 1},
             "task_totals": {"input_bytes": 10, "shuffle_read_records": 4},
             "scans": {
                 "landing": {"rows": 100, "files": 1, "bytes": 5},
@@ -301,7 +311,10 @@ def test_measurement_summary_splits_reads_and_time_by_branch() -> None:
                 },
             },
         },
-        "delta": {"totals": {"rows_written": 20, "files_added": 2, "files_removed": 1}},
+        "delta": {
+            "totals": {"rows_written": 20, "files_added": 2, "files_removed": 1, "commits": 3},
+            "tables": {"processing_manifest": {"commits": 2}, "events": {"commits": 1}},
+        },
         "memory": {"peak_pss_total_bytes": 123},
     }
     m = common.summarize_measurement(raw)
@@ -315,12 +328,32 @@ def test_measurement_summary_splits_reads_and_time_by_branch() -> None:
         "bytes_read": 0,
         "wall_s": 20.0,
         "dagster_runs": 1,
+        "spark_jobs": 2,
     }
     assert m["by_branch"]["session-based"]["event_rows_read"] == 50
     assert m["by_branch"]["session-based"]["other_table_rows_read"] == 7
     assert m["by_branch"]["load"]["wall_s"] == 30.0
     assert m["by_branch"]["other"]["wall_s"] == 15.0  # the run step outside its Dagster runs
     assert m["peak_memory_bytes"] == 123
+    assert m["spark_jobs"] == 3
+    assert m["by_branch"]["other"]["spark_jobs"] == 1  # submitted outside every window
+    assert m["delta_commits"] == 3
+    assert m["delta_commits_by_table"] == {"events": 1, "processing_manifest": 2}
+
+
+def test_commits_per_table_are_read_from_older_results_too() -> None:
+    raw = {"delta": {"tables": {"events": {"commits": 1}, "sessions": {"commits": 2}}}}
+    old = {"incremental": {"delta_commits": 3}, "raw": {"incremental": raw}}
+    assert commits_by_table(old, "incremental") == {"events": 1, "sessions": 2}
+    new = {"incremental": {"delta_commits_by_table": {"events": 4}}, "raw": {"incremental": raw}}
+    assert commits_by_table(new, "incremental") == {"events": 4}
+
+
+def test_the_benchmark_generates_the_realistic_profile_unless_told() -> None:
+    assert build_parser().parse_args([]).profile == "realistic"
+    assert build_parser().parse_args(["--profile", "harsh"]).profile == "harsh"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--profile", "gentle"])
 
 
 def test_cluster_settings_and_compared_columns() -> None:
@@ -425,7 +458,9 @@ def test_benchmark_end_to_end(tmp_path: Path) -> None:
     [path] = sorted(out.glob("bench-*.json"))
     assert sorted(out.glob("bench-*.png"))
     result = json.loads(path.read_text())
-    assert result["schema_version"] == common.SCHEMA_VERSION
+    assert result["schema_version"] == common.SCHEMA_VERSION == 3
+    assert result["parameters"]["profile"] == result["data"]["profile"] == "realistic"
+    assert result["data"]["profile_parameters"]["users"]["kind"] == "EngagedUsers"
     assert result["machine"]["cpu_count_logical"] >= 1
     assert result["machine"]["versions"]["pyspark"]
     assert [h["history_days"] for h in result["histories"]] == [2]
@@ -437,6 +472,15 @@ def test_benchmark_end_to_end(tmp_path: Path) -> None:
         for key in ("event_rows", "landing", "events_table", "filtered_events_table"):
             assert isinstance(m["rows_read"][key], int)
     full, inc = history["full_rebuild"], history["incremental"]
+    # Spark jobs and Delta commits per run: in all, per branch and per table.
+    for kind in ("full_rebuild", "incremental", "trash_and_rebuild"):
+        m = history[kind]
+        assert m["spark_jobs"] > 0
+        assert sum(b.get("spark_jobs", 0) for b in m["by_branch"].values()) == m["spark_jobs"]
+        assert m["delta_commits"] > 0
+        assert sum(m["delta_commits_by_table"].values()) == m["delta_commits"]
+    assert inc["delta_commits_by_table"]["events"] >= 1  # the new load day
+    assert history["noop"]["delta_commits"] == 0
     # Rows counted by Spark's own metrics: the full rebuild reads every landing row.
     assert full["rows_read"]["landing"] >= history["duckdb_full"]["counts"]["ref_events"]
     assert full["rows_written"] > 0 and full["files_added"] > 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import hashlib
 import json
 import re
 from collections import Counter, defaultdict
@@ -17,10 +18,12 @@ from sessionize_assets.generator import (
     COLUMNS,
     DAY,
     DUPLICATE_KINDS,
+    HOUR,
     MALFORMED_KINDS_CSV,
     MALFORMED_KINDS_JSON,
     MANIFEST_NAME,
     MINUTE,
+    PROFILES,
     SECOND,
     GenerationSummary,
     format_tstamp,
@@ -381,6 +384,8 @@ def test_bad_parameters_and_a_used_folder_are_user_errors(tmp_path: Path) -> Non
         generate(tmp_path / "a", days=0)
     with pytest.raises(UserError, match="start_date"):
         generate(tmp_path / "a", start_date="March 1st")
+    with pytest.raises(UserError, match="profile"):
+        generate(tmp_path / "a", profile="gentle")
     generate(tmp_path / "b", START, days=2, events_per_day=200, seed=1)
     with pytest.raises(UserError, match="already holds"):
         generate(tmp_path / "b", START, days=1, events_per_day=200, seed=1)
@@ -389,3 +394,169 @@ def test_bad_parameters_and_a_used_folder_are_user_errors(tmp_path: Path) -> Non
         ["load_date=2024-03-01", MANIFEST_NAME]
     )
     assert summary.files == ["load_date=2024-03-01/events.csv"]
+
+
+# --- profiles: harsh (the original output) and realistic -----------------------------------------
+
+# Computed with the generator as it was before profiles existed (commit 4f8888e): sha256 over the
+# landing files (sorted by path: path, NUL, bytes) and sha256 of the manifest text. `harsh`, the
+# default, must write exactly these bytes (the manifest only gains `profile` and
+# `profile_parameters`).
+HARSH_BEFORE_PROFILES = {
+    "dataset": (
+        "c5a4c53f302bf5b9c8edd80ff7d73c1da77747c6ca78009273b2da0818d88d5c",
+        "7f43eaf63d8f164438ec7b74b76ab83095a0d28fd6a568b8b45da9f694459bd6",
+    ),
+    "json_dataset": (
+        "ef3bb37f5ab38814196bc3b22d5e53882882719fe74a8a5183fd2de40e874e87",
+        "ab5f85da364c58ba75073dc73f3bbb1d5e0abbf30fa141f8622ea0db7f8698ba",
+    ),
+}
+PROFILE_ARGS = dict(start_date=START, days=10, events_per_day=4000, seed=11)
+
+
+def landing_digest(out: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(out.rglob("*")):
+        if path.is_file() and path.name != MANIFEST_NAME:
+            digest.update(path.relative_to(out).as_posix().encode())
+            digest.update(b"\0")
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.mark.parametrize("fixture", sorted(HARSH_BEFORE_PROFILES))
+def test_harsh_is_the_original_output_byte_for_byte(request, fixture: str) -> None:
+    out, summary, _ = request.getfixturevalue(fixture)
+    files_sha, manifest_sha = HARSH_BEFORE_PROFILES[fixture]
+    assert summary.profile == "harsh"
+    assert landing_digest(out) == files_sha
+    manifest = json.loads((out / MANIFEST_NAME).read_text())
+    assert manifest["profile"] == "harsh"
+    assert manifest["profile_parameters"] == PROFILES["harsh"].to_json()
+    del manifest["profile"], manifest["profile_parameters"]
+    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    assert hashlib.sha256(text.encode()).hexdigest() == manifest_sha
+
+
+def test_realistic_is_reproducible_and_differs_from_harsh(tmp_path: Path) -> None:
+    args = dict(start_date="2024-03-01", days=3, events_per_day=800, seed=3)
+    generate(tmp_path / "a", profile="realistic", **args)
+    generate(tmp_path / "b", profile=PROFILES["realistic"], **args)
+    generate(tmp_path / "c", profile="harsh", **args)
+    realistic, again, harsh = (tree_bytes(tmp_path / name) for name in ("a", "b", "c"))
+    assert realistic == again
+    assert all(harsh[name] != realistic[name] for name in realistic)
+
+
+@pytest.fixture(scope="module")
+def profiles(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, tuple[GenerationSummary, list[Row]]]:
+    """The same arguments and seed under each profile: 10 load days of 4,000 rows."""
+    out = {}
+    for name in ("harsh", "realistic"):
+        folder = tmp_path_factory.mktemp("profiles") / name
+        summary = generate(folder, profile=name, **PROFILE_ARGS)
+        out[name] = (summary, read_landing(folder, summary))
+    return out
+
+
+def load_lateness(rows: list[Row]) -> list[int]:
+    """load - collector (ms) of the late rows: single copies loaded more than a minute late."""
+    good = valid(rows)
+    copies = Counter(r.get("event_id") for r in good)
+    lateness = [
+        r.ms["load_tstamp"] - r.ms["collector_tstamp"]
+        for r in good
+        if copies[r.get("event_id")] == 1
+    ]
+    return [x for x in lateness if x > 60 * SECOND]
+
+
+def share(values: list[int], at_most: int) -> float:
+    return sum(1 for v in values if v <= at_most) / len(values)
+
+
+def test_realistic_late_rows_load_within_hours_with_a_thin_tail_of_days(profiles) -> None:
+    summary, rows = profiles["realistic"]
+    late = load_lateness(rows)
+    assert 0.035 <= len(late) / summary.events <= 0.06  # late_share 5%, as in harsh
+    # 90% in the 5 min-6 h band, 9.5% 6 h-3 d (56% of which within the first day), 0.5% beyond.
+    assert 0.87 <= share(late, 6 * HOUR) <= 0.94
+    assert 0.935 <= share(late, DAY) <= 0.985
+    assert share(late, 3 * DAY) >= 0.985
+    assert min(late) >= 5 * MINUTE
+    assert 3 * DAY < max(late) <= PROFILE_ARGS["days"] * DAY  # the tail exists, within the span
+    assert summary.max_lateness_days == pytest.approx(max(late) / DAY, abs=0.01)
+    # The harsh twin (same seed and shares): nothing within 6 hours, most late rows days late.
+    harsh_late = load_lateness(profiles["harsh"][1])
+    assert share(harsh_late, 6 * HOUR) == 0.0
+    assert share(harsh_late, DAY) < 0.6
+
+
+def event_days_by_load_day(rows: list[Row]) -> dict[int, Counter[int]]:
+    """Per load day (days since START), the valid rows per event day (date of derived_tstamp)."""
+    start = (START - dt.date(1970, 1, 1)).days
+    out: dict[int, Counter[int]] = defaultdict(Counter)
+    for r in valid(rows):
+        out[r.ms["load_tstamp"] // DAY - start][r.ms["derived_tstamp"] // DAY - start] += 1
+    return out
+
+
+def test_a_realistic_load_day_touches_few_event_days(profiles) -> None:
+    realistic = event_days_by_load_day(profiles["realistic"][1])
+    harsh = event_days_by_load_day(profiles["harsh"][1])
+    for load_day in range(5, PROFILE_ARGS["days"]):
+        # harsh: rows of every event day so far, 2-4% of them older than the day before
+        assert set(harsh[load_day]) == set(range(load_day + 1))
+        # realistic: the day itself, the day before, and a few stragglers
+        days = realistic[load_day]
+        assert {load_day, load_day - 1} <= set(days)
+        assert len(days) <= 7
+        older = sum(n for day, n in days.items() if day < load_day - 1)
+        assert older / sum(days.values()) < 0.01
+
+
+def user_activity(rows: list[Row]) -> tuple[list[int], list[int]]:
+    """Human users' (events, visits), each list sorted from the most active user down."""
+    events: Counter[str] = Counter()
+    visits: dict[str, set[str]] = defaultdict(set)
+    for r in human_rows(rows):
+        user = r.get("domain_userid") or ""
+        events[user] += 1
+        visits[user].add(r.get("domain_sessionid") or "")
+    return sorted(events.values(), reverse=True), sorted(map(len, visits.values()), reverse=True)
+
+
+def test_realistic_users_are_mostly_one_visit_with_a_heavy_tail(profiles) -> None:
+    stats = {}
+    for name, (_, rows) in profiles.items():
+        events, visits = user_activity(rows)
+        top = max(1, len(events) // 100)
+        stats[name] = {
+            "top_1pct_share": sum(events[:top]) / sum(events),
+            "one_visit_share": sum(1 for v in visits if v == 1) / len(visits),
+            "max_over_mean_visits": visits[0] / (sum(visits) / len(visits)),
+        }
+    realistic, harsh = stats["realistic"], stats["harsh"]
+    assert realistic["one_visit_share"] > 0.65
+    assert realistic["top_1pct_share"] > 0.06
+    assert realistic["max_over_mean_visits"] > 10
+    # The fixed pool of harsh: few one-visit users, no heavy tail.
+    assert harsh["one_visit_share"] < 0.2
+    assert harsh["top_1pct_share"] < 0.05
+    assert harsh["max_over_mean_visits"] < 8
+
+
+def test_realistic_keeps_bots_duplicates_malformed_and_device_late_rows(profiles) -> None:
+    summary, rows = profiles["realistic"]
+    assert summary.profile == "realistic"
+    assert summary.profile_parameters == PROFILES["realistic"].to_json()
+    assert summary.bot_sessions > 0 and bot_rows(rows)
+    assert all(summary.duplicate_rows[kind] > 0 for kind in DUPLICATE_KINDS)
+    found = Counter(r.malformed for r in rows if r.malformed)
+    assert set(found) == set(MALFORMED_KINDS_CSV)
+    assert summary.device_late_rows > 0
+    offline = [r.ms["dvce_sent_tstamp"] - r.ms["dvce_created_tstamp"] for r in valid(rows)]
+    assert sum(1 for d in offline if d >= 10 * MINUTE) >= summary.device_late_rows

@@ -22,8 +22,8 @@ from sessionize_assets.core import attributes as attrs
 from sessionize_assets.core.filtering import duplicate_event_ids
 from sessionize_assets.time_based.state import read_state
 from sessionize_assets.time_based.tables import TimeBasedTables
-from sessionize_assets_tests.time_based.test_steps import ROWS, append_events, day, make_lake
 from sessionize_assets_tests.core.test_filtering import event
+from sessionize_assets_tests.time_based.test_steps import ROWS, append_events, day, make_lake
 
 
 def partitions_materialized(instance: DagsterInstance, asset: str) -> dict[str, int]:
