@@ -380,7 +380,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitStatus.USER_ERROR
     except KeyboardInterrupt:
         return ExitStatus.INTERRUPTED
-    except Exception as exc:  # an engine error: one sentence here, the trace in the engine log
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - an engine error (delta-rs panics are BaseException)
         return _engine_error(exc, ctx, getattr(args, "verbose", False))
 
 
@@ -401,7 +403,10 @@ def _engine_error(exc: BaseException, ctx: CommandContext | None, verbose: bool)
             pass
     if verbose or where == "stderr":
         print(trace, file=sys.stderr)
-    print(f"error: {one_sentence(exc)} (full trace in {where})", file=sys.stderr)
+    sentence = one_sentence(exc)
+    if "full trace in" not in sentence:
+        sentence += f" (full trace in {where})"
+    print(f"error: {sentence}", file=sys.stderr)
     return ExitStatus.FAILED
 
 

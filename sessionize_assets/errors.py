@@ -37,5 +37,7 @@ def one_sentence(exc: BaseException, limit: int = 300) -> str:
     lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
     text = lines[0] if lines else ""
     kind = type(cause).__name__
+    if kind == "BranchUnreadableError":  # already a sentence of ours
+        return text
     sentence = f"{kind}: {text}" if text else kind
     return sentence if len(sentence) <= limit else sentence[: limit - 1] + "…"

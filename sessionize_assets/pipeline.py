@@ -78,12 +78,15 @@ def _time_based_outcome(result: Any) -> BranchOutcome:
     return BranchOutcome("time-based branch", status)
 
 
-def _sessions_outcome(result: Any) -> BranchOutcome:
+def _sessions_outcome(result: Any, log_file: str) -> BranchOutcome:
     if result.ok:
         return BranchOutcome("session-based branch", BranchStatus.SUCCEEDED)
     reason = getattr(result, "failure_reason", None) or "a session model failed (see above)"
-    status = BranchStatus.BLOCKED if getattr(result, "blocked", False) else BranchStatus.FAILED
-    return BranchOutcome("session-based branch", status, reason)
+    if getattr(result, "blocked", False):
+        return BranchOutcome("session-based branch", BranchStatus.BLOCKED, reason)
+    return BranchOutcome(
+        "session-based branch", BranchStatus.FAILED, f"{reason} (full trace in {log_file})"
+    )
 
 
 def run_pipeline(ctx: CommandContext, now: dt.datetime | None = None) -> PipelineReport:
@@ -112,7 +115,7 @@ def run_pipeline(ctx: CommandContext, now: dt.datetime | None = None) -> Pipelin
         )
         if sessions is not None:
             report.sections.append(("session-based branch", sessions.lines()))
-            report.outcomes.append(_sessions_outcome(sessions))
+            report.outcomes.append(_sessions_outcome(sessions, log_file))
     return report
 
 
@@ -168,7 +171,7 @@ def backfill_pipeline(
         )
         if sessions is not None:
             report.sections.append(("session-based branch", sessions.lines()))
-            report.outcomes.append(_sessions_outcome(sessions))
+            report.outcomes.append(_sessions_outcome(sessions, log_file))
     done = time_based is not None and sessions is not None and sessions.ok
     if done and (saved is not None or time_based.load_day_runs):
         store.save(name, CursorState())  # done: the next backfill of this range starts over
@@ -194,14 +197,38 @@ def status_lines(ctx: CommandContext) -> list[str]:
     return out
 
 
+class BranchUnreadableError(Exception):
+    """A branch's tables cannot be read (a corrupt Delta log, a missing file): one sentence."""
+
+
+def _verified(branch: str, body: Callable[[], Any], log_file: str) -> Any:
+    try:
+        return body()
+    except UserError:
+        raise
+    except Exception as exc:  # an engine error reading the branch's tables
+        log.error("verify: %s failed", branch, exc_info=exc)
+        raise BranchUnreadableError(
+            f"verify could not read the {branch}: {one_sentence(exc)} (full trace in {log_file})"
+        ) from None
+
+
 def verify_pipeline(ctx: CommandContext) -> tuple[list[str], list[str]]:
-    """(differences, report lines) for every incremental table against a recompute."""
+    """(differences, report lines) for every incremental table against a recompute. A branch
+    whose tables cannot be read raises BranchUnreadableError (one sentence naming the branch)."""
     from sessionize_assets.commands.sessions import verify_sessions
     from sessionize_assets.commands.time_based import verify_time_based
 
     lake = _lake(ctx)
-    time_based = verify_time_based(lake, ctx.spark)
-    sessions = verify_sessions(lake, ctx.spark)
+    log_file = str(ctx.home.root / "logs" / "engine.log")
+    time_based = _verified(
+        "time-based branch", lambda: verify_time_based(lake, ctx.spark), log_file
+    )
+    sessions = _verified(
+        "session-based branch (sessions, users and their manifests)",
+        lambda: verify_sessions(lake, ctx.spark),
+        log_file,
+    )
     differences = [*time_based.differences, *sessions.differences]
     lines = ["time-based branch:", *[f"  {x}" for x in time_based.lines()]]
     lines += ["session-based branch:", *[f"  {x}" for x in sessions.lines()]]

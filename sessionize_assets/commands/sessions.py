@@ -93,10 +93,15 @@ class RunSessionsReport:
     stopped: str | None = None
     error: str | None = None
     nothing_new: str | None = None  # why no run was needed
+    blocked: bool = False  # the error is an item held by another run
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def failure_reason(self) -> str | None:
+        return self.error
 
     def lines(self) -> list[str]:
         out = [f"Session models: {len(self.runs)} run(s)"]
@@ -162,6 +167,7 @@ def run_sessions(
         done = materialize()
         if done.outcome is None:
             report.error = done.error or "the session models run failed"
+            report.blocked = done.blocked
             return report
         report.runs.append(summarize(done.run_id, done.outcome))
         verdict = done.outcome.catch_up

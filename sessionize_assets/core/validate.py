@@ -61,7 +61,11 @@ def normalize_timestamp_text(text: Column) -> Column:
 
 def parse_timestamp(column: Column) -> Column:
     """A timestamp string (no zone = UTC) or timestamp -> TimestampType; null when unparseable."""
-    text = normalize_timestamp_text(F.trim(column.cast("string")))
+    return parse_normalized(normalize_timestamp_text(F.trim(column.cast("string"))))
+
+
+def parse_normalized(text: Column) -> Column:
+    """`parse_timestamp` of text already through `normalize_timestamp_text`."""
     candidates = [F.try_to_timestamp(text, F.lit(fmt)) for fmt in _TIMESTAMP_FORMATS]
     return F.coalesce(*candidates)
 
@@ -89,7 +93,12 @@ def canonicalize(df: DataFrame) -> DataFrame:
             continue
         blank = raw.isNull() | (F.trim(raw.cast("string")) == "")
         df = df.withColumn(f"_raw_{name}", F.when(blank, F.lit(None)).otherwise(raw.cast("string")))
-        df = df.withColumn(name, F.when(blank, F.lit(None)).otherwise(parse_timestamp(raw)))
+        # Normalized once into its own column, then parsed with every format: the formats read
+        # the column, not a copy of the regular expressions each (which outgrows Java's 64 KB
+        # method limit in generated code).
+        norm = f"_norm_{name}"
+        df = df.withColumn(norm, normalize_timestamp_text(F.trim(F.col(f"_raw_{name}"))))
+        df = df.withColumn(name, parse_normalized(F.col(norm))).drop(norm)
     return df
 
 

@@ -7,11 +7,9 @@ raw text. A file already loaded (same content, by SHA-256) is skipped with a war
 from __future__ import annotations
 
 import contextlib
-import csv
 import datetime as dt
 import functools
 import hashlib
-import io
 import tempfile
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,19 +32,11 @@ from sessionize_assets.core.schema import (
     TIMESTAMP_COLUMNS,
 )
 from sessionize_assets.errors import ItemLockedError, UserError
-from sessionize_assets.ingest.decode import UNDECODABLE, DecodedFile, decode_file, first_line
-from sessionize_assets.ingest.decode import reason as decode_reason
+from sessionize_assets.ingest.decode import decode_file
+from sessionize_assets.ingest.readers import FORMATS, read_raw
 from sessionize_assets.resources.delta import read_small_table, table_exists
 from sessionize_assets.resources.tables import EVENTS, INVALID_EVENTS, LOAD_LOG
 from sessionize_assets.settings import Settings
-
-FORMATS = {
-    ".csv": "csv",
-    ".json": "json",
-    ".jsonl": "json",
-    ".ndjson": "json",
-    ".parquet": "parquet",
-}
 
 LOAD_LOG_SCHEMA = T.StructType(
     [
@@ -172,135 +162,6 @@ def file_sha256(path: Path) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def _csv_header(decoded: DecodedFile) -> list[str]:
-    path = decoded.source
-    first = first_line(decoded)
-    header = next(csv.reader(io.StringIO(first)), [])
-    if not header or any(not h.strip() for h in header):
-        raise UserError(f"{path} has no usable CSV header row (a named column per field).")
-    if len(set(header)) != len(header):
-        raise UserError(f"{path} names a column twice in its header row.")
-    return [h.strip() for h in header]
-
-
-def _text_lines(spark: SparkSession, decoded: DecodedFile) -> DataFrame:
-    """The file's non-blank lines as `value`, with `_undecodable` set on lines whose bytes did not
-    decode (their `value` is the line with the bad bytes escaped; see `ingest.decode`)."""
-    lines = spark.read.text(str(decoded.readable.resolve())).where(F.trim("value") != "")
-    marked = F.col("value").startswith(UNDECODABLE)
-    return lines.select(
-        F.when(marked, F.substring("value", len(UNDECODABLE) + 1, 1 << 30))
-        .otherwise(F.col("value"))
-        .alias("value"),
-        marked.alias("_undecodable"),
-    )
-
-
-def read_raw(
-    spark: SparkSession, path: Path, decoded: DecodedFile | None = None
-) -> tuple[DataFrame, list[str]]:
-    """The file's rows with their raw text in `_raw_text` and the reader's reason, if any.
-
-    Returns the DataFrame and its data columns (the file's own column names). `decoded` is the
-    UTF-8 text to read for a CSV or JSON file (`ingest.decode.decode_file`; default: the file
-    itself, which must then be UTF-8).
-    """
-    fmt = FORMATS[path.suffix.lower()]
-    if fmt in ("csv", "json") and decoded is None:
-        decoded = DecodedFile(source=path, readable=path, encoding="utf-8")
-    undecodable = (
-        F.when(F.col("_undecodable"), F.lit(decode_reason(decoded.encoding))) if decoded else None
-    )
-    if fmt == "csv":
-        header = _csv_header(decoded)
-        schema = ", ".join(f"`{h}` STRING" for h in header) + f", `{validate.CORRUPT}` STRING"
-        header_line = first_line(decoded)
-        lines = _text_lines(spark, decoded).where(F.col("value") != header_line)
-        parsed = lines.select(
-            F.col("value").alias("_raw_text"),
-            "_undecodable",
-            F.from_csv(
-                "value",
-                schema,
-                {
-                    "mode": "PERMISSIVE",
-                    "columnNameOfCorruptRecord": validate.CORRUPT,
-                    "escape": '"',
-                },
-            ).alias("r"),
-        ).select("_raw_text", "_undecodable", "r.*")
-        reason = F.coalesce(
-            undecodable,
-            F.when(
-                F.col(validate.CORRUPT).isNotNull(),
-                F.lit(f"wrong number of fields (expected {len(header)})"),
-            ),
-        )
-        # Empty CSV fields are missing values; an undecodable line's fields are not read.
-        for h in header:
-            parsed = parsed.withColumn(
-                h,
-                F.when((F.col(h) == "") | F.col("_undecodable"), F.lit(None)).otherwise(F.col(h)),
-            )
-        return parsed.withColumn(validate.REASON, reason).drop(
-            validate.CORRUPT, "_undecodable"
-        ), header
-    if fmt == "json":
-        uri = str(decoded.readable.resolve())
-        inferred = spark.read.json(uri).schema
-        fields = [f for f in inferred.fields if f.name != validate.CORRUPT]
-        if not fields and decoded.undecodable_lines:
-            # Nothing decodable to infer a schema from: every line is rejected as undecodable.
-            fields = [T.StructField("event_id", T.StringType())]
-        if not fields:
-            raise UserError(f"{path} holds no JSON objects.")
-        schema = T.StructType(fields + [T.StructField(validate.CORRUPT, T.StringType())])
-        lines = _text_lines(spark, decoded)
-        # A line holding a JSON array of objects is one row per element (Spark's own reader
-        # does the same); each element's text is its raw value.
-        elements = F.when(
-            ~F.col("_undecodable") & F.trim("value").startswith("["),
-            F.from_json("value", "array<string>"),
-        )
-        lines = lines.select(
-            F.explode(
-                F.when(F.size(elements) > 0, elements).otherwise(F.array(F.col("value")))
-            ).alias("value"),
-            "_undecodable",
-        )
-        parsed = lines.select(
-            F.col("value").alias("_raw_text"),
-            "_undecodable",
-            F.from_json(
-                "value",
-                schema,
-                {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": validate.CORRUPT},
-            ).alias("r"),
-        ).select("_raw_text", "_undecodable", "r.*")
-        reason = F.coalesce(
-            undecodable,
-            F.when(
-                F.try_parse_json("_raw_text").isNull() | F.col(validate.CORRUPT).isNotNull(),
-                F.lit("not valid JSON"),
-            ),
-        )
-        data = [f.name for f in fields]
-        for name in data:
-            parsed = parsed.withColumn(
-                name, F.when(F.col("_undecodable"), F.lit(None)).otherwise(F.col(name))
-            )
-        return parsed.withColumn(validate.REASON, reason).drop(
-            validate.CORRUPT, "_undecodable"
-        ), data
-    uri = str(path.resolve())
-    frame = spark.read.parquet(uri)
-    columns = list(frame.columns)
-    raw = F.to_json(F.struct(*[F.col(c) for c in columns]))
-    return frame.withColumn("_raw_text", raw).withColumn(
-        validate.REASON, F.lit(None).cast("string")
-    ), columns
 
 
 def _check_schema(existing: T.StructType | None, incoming: T.StructType) -> None:

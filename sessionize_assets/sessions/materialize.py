@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sessionize_assets.resources.dead_runs import run_tags
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.manifest_lock import session_lock
 from sessionize_assets.sessions.assets import build_assets
@@ -23,6 +24,7 @@ class Materialized:
     run_id: str
     outcome: SessionRunOutcome | None  # None when the run failed
     error: str | None = None
+    blocked: bool = False  # the run failed because an item is held by another run
 
     @property
     def ok(self) -> bool:
@@ -42,7 +44,7 @@ class SessionMaterializer:
         self._lake = lake
         self._spark = spark
         self._instance = instance
-        self._tags = dict(tags or {"sessionize/lane": "sessions"})
+        self._tags = {**(tags or {"sessionize/lane": "sessions"}), **run_tags()}
         self._seen: list[SessionRunOutcome] = []
         self._definitions = build_assets(
             lake.settings, lock=session_lock, observe=self._seen.append
@@ -60,18 +62,28 @@ class SessionMaterializer:
             tags=self._tags,
         )
         if not result.success:
+            message, kind = _failure(result)
             return Materialized(
-                result.run_id, None, _failure(result) or "the session models run failed"
+                result.run_id,
+                None,
+                message or "the session models run failed",
+                blocked=kind == "ItemLockedError",
             )
         if not self._seen:  # the op succeeded without reporting: not expected
             return Materialized(result.run_id, None, "the session models run reported no outcome")
         return Materialized(result.run_id, self._seen[-1])
 
 
-def _failure(result: Any) -> str | None:
-    """The first line of the failed step's error (from the run's events, typed)."""
+def _failure(result: Any) -> tuple[str | None, str | None]:
+    """(the first line of the failed step's root error, its class name), from the run's events.
+    Dagster wraps the user's error: the innermost cause is the one to report."""
     for event in result.all_events:
         if event.is_failure and event.step_failure_data is not None:
             error = event.step_failure_data.error
-            return error.message.strip().splitlines()[0] if error else None
-    return None
+            while error is not None and error.cause is not None:
+                error = error.cause
+            if error is None:
+                return None, None
+            lines = [line for line in error.message.strip().splitlines() if line.strip()]
+            return (lines[0] if lines else error.cls_name), error.cls_name
+    return None, None

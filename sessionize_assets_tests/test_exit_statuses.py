@@ -1,0 +1,132 @@
+"""The exit-status contract (README, core/outcomes.py) with real faults: a corrupted commit file,
+a lock held by a live run, a bad setting, a difference planted in a table. Each asserts the
+status, the summary line and that the other branch's results are kept."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from sessionize_assets.cli import main
+from sessionize_assets.generator import generate
+from sessionize_assets.home import Home
+from sessionize_assets.jars import jars_dir
+from sessionize_assets.resources.tables import FILTERED_EVENTS, SESSIONS
+
+START = dt.date(2024, 3, 1)
+
+
+def _now(day: int) -> list[str]:
+    return ["--now", f"2024-03-0{day}T00:30:00"]
+
+
+def _load(home: Path, landing: Path, day: int) -> None:
+    folder = landing / f"load_date={START + dt.timedelta(days=day - 1)}"
+    code = main(
+        [
+            "--home",
+            str(home),
+            *_now(day + 1),
+            "load",
+            str(folder),
+            "--load-tstamp-from",
+            "load_tstamp",
+        ]
+    )
+    assert code == 0
+
+
+@pytest.fixture(scope="module")
+def two_days(spark, tmp_path_factory):
+    """A home with load days 1 and 2 processed; the landing folder holds day 3 too."""
+    landing = tmp_path_factory.mktemp("landing")
+    generate(landing, start_date=START, days=3, events_per_day=200, seed=5)
+    home = tmp_path_factory.mktemp("home")
+    (home / "sessionize.yaml").write_text(f"start_date: {START}\n")
+    _load(home, landing, 1)
+    _load(home, landing, 2)
+    assert main(["--home", str(home), *_now(3), "run"]) == 0
+    return home, landing
+
+
+def _last_line(text: str) -> str:
+    return text.strip().splitlines()[-1]
+
+
+def _console(home: Path, *args: str) -> subprocess.CompletedProcess:
+    """The command as a user runs it: its own process, its own console."""
+    return subprocess.run(
+        [sys.executable, "-m", "sessionize_assets.cli", "--home", str(home), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SESSIONIZE_JARS_DIR": str(jars_dir())},
+        timeout=600,
+    )
+
+
+def test_a_corrupt_sessions_log_fails_the_run_and_keeps_the_time_based_branch(two_days, tmp_path):
+    home = tmp_path / "home"
+    shutil.copytree(two_days[0], home)
+    _load(home, two_days[1], 3)
+    log = sorted((Path(Home(home).table(SESSIONS)) / "_delta_log").glob("*.json"))[-1]
+    log.write_text('{"garbage')
+    result = _console(home, *_now(4), "run")
+    summary = _last_line(result.stdout)
+    assert result.returncode == 4, (result.stdout, result.stderr)
+    assert summary.startswith("Summary: time-based branch: succeeded; session-based branch: failed")
+    assert "what the time-based branch wrote is kept" in summary
+    assert "engine.log" in summary
+    assert "Traceback" not in result.stdout + result.stderr, result.stderr
+    actions = pa.table(DeltaTable(Home(home).table(FILTERED_EVENTS)).get_add_actions(flatten=True))
+    days = {str(d) for d in actions.to_pydict()["partition.load_date"]}
+    assert "2024-03-03" in days  # the time-based branch moved on
+
+    result = _console(home, *_now(4), "verify")
+    assert result.returncode == 4, (result.stdout, result.stderr)
+    error = _last_line(result.stderr)
+    assert error.startswith("error: verify could not read the session-based branch"), error
+    assert "Traceback" not in result.stderr and "clone3" not in result.stderr, result.stderr
+
+
+def test_a_planted_difference_makes_verify_exit_1(two_days, tmp_path, capsys):
+    home = tmp_path / "home"
+    shutil.copytree(two_days[0], home)
+    path = Home(home).table(SESSIONS)
+    table = DeltaTable(path).to_pyarrow_table()
+    write_deltalake(path, table.slice(1), mode="overwrite")  # one session deleted
+    capsys.readouterr()
+    assert main(["--home", str(home), *_now(3), "verify"]) == 1
+    assert "difference" in _last_line(capsys.readouterr().out)
+
+
+def test_a_lock_held_by_a_live_run_blocks_with_status_3(two_days, tmp_path, capsys, spark):
+    from sessionize_assets.resources.processing_manifest import ProcessingManifest
+
+    home = tmp_path / "home"
+    shutil.copytree(two_days[0], home)
+    _load(home, two_days[1], 3)
+    manifest = ProcessingManifest(spark, Home(home).table("processing_manifest"))
+    manifest.lock("session_models", "someone", "live-run")  # held by this (live) process
+    capsys.readouterr()
+    code = main(["--home", str(home), *_now(4), "run"])
+    summary = _last_line(capsys.readouterr().out)
+    assert code == 3, summary
+    assert "time-based branch: succeeded" in summary
+    assert "session-based branch: blocked" in summary and "live-run" in summary
+
+
+def test_a_bad_setting_is_status_2(tmp_path, capsys):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "sessionize.yaml").write_text("reprocess_days: many\n")
+    config = str(home / "sessionize.yaml")
+    assert main(["--home", str(home), "--config", config, "run"]) == 2
+    assert "`reprocess_days`" in capsys.readouterr().err
