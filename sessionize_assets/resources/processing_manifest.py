@@ -32,12 +32,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import random
-import socket
 import time
 import uuid
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -45,92 +42,65 @@ from typing import Any
 from sessionize_assets.core.clock import to_micros, utc_now
 from sessionize_assets.core.manifest_state import (
     LOCKABLE,
-    SKIPPABLE,
     ItemState,
-    ItemStatus,
     Record,
     RecordState,
     derive_item_state,
-    derive_item_states,
-    holder_gone,
-    record_order,
 )
-from sessionize_assets.errors import ItemLockedError, UserError
+from sessionize_assets.errors import ItemLockedError
+from sessionize_assets.resources.manifest_operator import OperatorActions
+from sessionize_assets.resources.manifest_table import (  # the manifest's public names, here too
+    BUCKETS,
+    COLUMNS,
+    MAX_ATTEMPTS,
+    OPERATOR,
+    LockLostError,
+    ManifestConflictError,
+    ManifestStateError,
+    asset_item,
+    is_commit_conflict,
+    item_bucket,
+    item_state,
+    item_states,
+    jsonable,
+    last_processed_payload,
+    open_table,
+    operator_run_id,
+    pid_alive,
+    read_records,
+    refusal,
+    this_holder,
+)
+from sessionize_assets.resources.manifest_table import records_by_item as _records_by_item
+
+__all__ = [
+    "BUCKETS",
+    "COLUMNS",
+    "MAX_ATTEMPTS",
+    "OPERATOR",
+    "LockLostError",
+    "ManifestConflictError",
+    "ManifestStateError",
+    "PartialAppendError",
+    "ProcessingManifest",
+    "asset_item",
+    "is_commit_conflict",
+    "item_bucket",
+    "item_state",
+    "item_states",
+    "last_processed_payload",
+    "open_table",
+    "operator_run_id",
+    "pid_alive",
+    "read_records",
+    "this_holder",
+]
 
 log = logging.getLogger(__name__)
 
-BUCKETS = 16
 """Partitions of the manifest table (fixed at creation; stored as `sessionize.manifest.buckets`)."""
 
-COLUMNS = (
-    "record_id",
-    "item_id",
-    "application",
-    "state",
-    "run_id",
-    "previous_record_id",
-    "payload",
-    "time",
-    "item_bucket",
-)
-OPERATOR = "operator"
-MAX_ATTEMPTS = 40
 _ONE_MICROSECOND = dt.timedelta(microseconds=1)
-
-
-class ManifestStateError(UserError):
-    """The record asked for is not legal in the item's current state (nothing to resolve, ...)."""
-
-
-class LockLostError(ManifestStateError):
-    """A run tried to close a lock that is no longer open (an operator abandoned it)."""
-
-
-class ManifestConflictError(UserError):
-    """Writers kept conflicting on the same partition of the manifest past the retry limit."""
-
-
-def item_bucket(item_id: str) -> int:
-    """The partition of an item: crc32 of its id modulo BUCKETS (same in Spark and delta-rs)."""
-    return zlib.crc32(item_id.encode("utf-8")) % BUCKETS
-
-
-def asset_item(asset: str, partition_key: str | None = None) -> str:
-    """The item id of an asset partition, `filtered_events/2024-03-01` (unpartitioned: the name)."""
-    return asset if partition_key is None else f"{asset}/{partition_key}"
-
-
-def is_commit_conflict(exc: BaseException) -> bool:
-    """True for Delta's optimistic-concurrency failures (a retry may succeed)."""
-    try:
-        from delta import exceptions as delta_errors
-
-        kinds: tuple[type[BaseException], ...] = (
-            delta_errors.ConcurrentAppendException,
-            delta_errors.ConcurrentDeleteReadException,
-            delta_errors.ConcurrentWriteException,
-            delta_errors.DeltaConcurrentModificationException,
-            delta_errors.MetadataChangedException,
-            delta_errors.ProtocolChangedException,
-        )
-    except ImportError:  # pragma: no cover - delta-spark is a dependency
-        kinds = ()
-    if isinstance(exc, kinds):
-        return True
-    text = str(exc)
-    return any(
-        marker in text
-        for marker in (
-            "DELTA_CONCURRENT",
-            "ConcurrentAppendException",
-            "ConcurrentDeleteReadException",
-            "ConcurrentWriteException",
-            "ProtocolChangedException",
-            "MetadataChangedException",
-            "DELTA_METADATA_CHANGED",
-            "DELTA_PROTOCOL_CHANGED",
-        )
-    )
 
 
 def _spark_schema():  # noqa: ANN202 - pyspark types are imported lazily
@@ -151,7 +121,7 @@ def _spark_schema():  # noqa: ANN202 - pyspark types are imported lazily
     )
 
 
-class ProcessingManifest:
+class ProcessingManifest(OperatorActions):
     """Writes to the processing manifest at `path` with Spark; see the module docstring.
 
     `clock` gives record times (inject it for replays); `application` and `run_id` of operator
@@ -402,18 +372,6 @@ class ProcessingManifest:
 
     # ------------------------------------------------------------------ records
 
-    def discover(
-        self, item: str, application: str, run_id: str, payload: Mapping[str, Any] | None = None
-    ) -> Record | None:
-        """Add New if the item has no records yet (else nothing: returns None)."""
-
-        def build(current: ItemState) -> Record | None:
-            if current.records:
-                return None
-            return self._new_record(item, RecordState.NEW, application, run_id, payload=payload)
-
-        return self._append(item, build)
-
     def lock(
         self, item: str, application: str, run_id: str, payload: Mapping[str, Any] | None = None
     ) -> Record:
@@ -435,7 +393,7 @@ class ProcessingManifest:
 
         def build(current: ItemState) -> Record:
             if current.status not in LOCKABLE:
-                raise ItemLockedError(_refusal(current, f"run {run_id} cannot lock it"))
+                raise ItemLockedError(refusal(current, f"run {run_id} cannot lock it"))
             return self._new_record(
                 item, RecordState.PROCESSING, application, run_id, payload=payload
             )
@@ -477,148 +435,6 @@ class ProcessingManifest:
         """Add Failed referring to the lock: the item stays fail-locked until resolved."""
         return self._close(lock_record, RecordState.FAILED, {**(payload or {}), "reason": reason})
 
-    def abandon(
-        self,
-        item: str,
-        reason: str = "abandoned",
-        *,
-        application: str = OPERATOR,
-        run_id: str | None = None,
-        holder_run_id: str | None = None,
-    ) -> Record:
-        """Fail the open lock of a crashed run (Failed referring to its Processing record).
-
-        With `holder_run_id`, only that run's lock is abandoned. Resolve the item afterwards.
-        """
-        operator_run = run_id or _operator_run_id()
-
-        def build(current: ItemState) -> Record:
-            if current.status is not ItemStatus.LOCKED or current.lock is None:
-                raise ManifestStateError(
-                    f"Item {item} has no lock to abandon ({current.describe()})."
-                )
-            if holder_run_id is not None and current.lock.run_id != holder_run_id:
-                raise ManifestStateError(
-                    f"Item {item} is locked by run {current.lock.run_id}, not {holder_run_id}."
-                )
-            return self._new_record(
-                item,
-                RecordState.FAILED,
-                application,
-                operator_run,
-                previous=current.lock,
-                payload={"reason": reason, "abandoned_run_id": current.lock.run_id},
-            )
-
-        record = self._append(item, build)
-        assert record is not None
-        return record
-
-    def resolve(
-        self, item: str, reason: str, *, application: str = OPERATOR, run_id: str | None = None
-    ) -> Record:
-        """Add Resolved referring to the open Failed record: the item may be locked again."""
-        operator_run = run_id or _operator_run_id()
-
-        def build(current: ItemState) -> Record:
-            if current.status is not ItemStatus.FAIL_LOCKED or current.failure is None:
-                raise ManifestStateError(
-                    f"Item {item} has no failure to resolve ({current.describe()})."
-                )
-            return self._new_record(
-                item,
-                RecordState.RESOLVED,
-                application,
-                operator_run,
-                previous=current.failure,
-                payload={"reason": reason},
-            )
-
-        record = self._append(item, build)
-        assert record is not None
-        return record
-
-    def resolve_run(self, run: str, reason: str) -> dict[str, str]:
-        """Release every item run `run` holds or left fail-locked: its locks are abandoned
-        (Failed), then every failure of it is Resolved, in two commits. {item: what was done}."""
-        operator_run = _operator_run_id()
-        states = item_states(self.path, now=self.clock()) if open_table(self.path) else {}
-        held = {
-            item: s.lock
-            for item, s in states.items()
-            if s.status is ItemStatus.LOCKED and s.lock is not None and s.lock.run_id == run
-        }
-
-        def abandon_for(lock: Record) -> Callable[[ItemState], Record | None]:
-            def build(current: ItemState) -> Record | None:
-                if current.lock is None or current.lock.record_id != lock.record_id:
-                    return None
-                return self._new_record(
-                    lock.item_id,
-                    RecordState.FAILED,
-                    OPERATOR,
-                    operator_run,
-                    previous=lock,
-                    payload={"reason": f"abandoned: {reason}", "abandoned_run_id": run},
-                )
-
-            return build
-
-        abandoned = self._append_many({i: abandon_for(r) for i, r in held.items()}) if held else {}
-        states = item_states(self.path, now=self.clock())
-
-        def of_run(state: ItemState) -> bool:
-            failure = state.failure
-            return failure is not None and (
-                failure.run_id == run or (failure.payload or {}).get("abandoned_run_id") == run
-            )
-
-        failed = {
-            item: s.failure
-            for item, s in states.items()
-            if s.status is ItemStatus.FAIL_LOCKED and s.failure is not None and of_run(s)
-        }
-
-        def resolve_for(failure: Record) -> Callable[[ItemState], Record | None]:
-            def build(current: ItemState) -> Record | None:
-                if current.failure is None or current.failure.record_id != failure.record_id:
-                    return None
-                return self._new_record(
-                    failure.item_id,
-                    RecordState.RESOLVED,
-                    OPERATOR,
-                    operator_run,
-                    previous=failure,
-                    payload={"reason": reason},
-                )
-
-            return build
-
-        resolved = (
-            self._append_many({i: resolve_for(r) for i, r in failed.items()}) if failed else {}
-        )
-        return {
-            item: ("lock abandoned and resolved" if item in abandoned else "failure resolved")
-            for item in resolved
-        }
-
-    def skip(
-        self, item: str, reason: str, *, application: str = OPERATOR, run_id: str | None = None
-    ) -> Record:
-        """Add Skipped: no application touches the item again (not while it is locked)."""
-        operator_run = run_id or _operator_run_id()
-
-        def build(current: ItemState) -> Record:
-            if current.status not in SKIPPABLE:
-                raise ItemLockedError(_refusal(current, "it cannot be skipped"))
-            return self._new_record(
-                item, RecordState.SKIPPED, application, operator_run, payload={"reason": reason}
-            )
-
-        record = self._append(item, build)
-        assert record is not None
-        return record
-
     @contextmanager
     def processing(
         self,
@@ -639,73 +455,13 @@ class ProcessingManifest:
         except BaseException as exc:
             reason = f"{type(exc).__name__}: {exc}".strip()
             try:
-                self.fail(lock_record, reason[:2000], payload=_jsonable(result))
+                self.fail(lock_record, reason[:2000], payload=jsonable(result))
             except Exception as failure:  # keep the original error; say the manifest is stuck
                 exc.add_note(
                     f"Recording the failure of {item} in the processing manifest failed: {failure}"
                 )
             raise
-        self.complete(lock_record, payload=_jsonable(result))
-
-    def heal(self, items: Iterable[str], run_id: str) -> dict[str, str]:
-        """Abandon and release the locks among `items` whose holder is gone (`holder_gone`: its
-        process died on this host, its Dagster run ended, or the lease ran out), recording why
-        in the manifest's history (Failed, then Resolved, by `run_id`). Returns {item: reason}.
-        Costs one delta-rs read; two commits only when there is something to heal."""
-        now = self.clock()
-        host = socket.gethostname()
-        gone: dict[str, tuple[Record, str]] = {}
-        for item, records in _records_by_item(self.path, items).items():
-            current = derive_item_state(records, now, item_id=item)
-            if current.status is ItemStatus.LOCKED and current.lock is not None:
-                why = holder_gone(current.lock, now, host, pid_alive, self.run_status)
-                if why is not None:
-                    gone[item] = (current.lock, why)
-        if not gone:
-            return {}
-
-        def abandon_for(item: str, lock: Record, why: str) -> Callable[[ItemState], Record | None]:
-            def build(current: ItemState) -> Record | None:
-                if current.lock is None or current.lock.record_id != lock.record_id:
-                    return None  # someone else moved it meanwhile: leave it alone
-                return self._new_record(
-                    item,
-                    RecordState.FAILED,
-                    "sessionize (self-healing)",
-                    run_id,
-                    previous=lock,
-                    payload={
-                        "reason": f"lock abandoned automatically: {why}",
-                        "abandoned_run_id": lock.run_id,
-                    },
-                )
-
-            return build
-
-        failed = self._append_many(
-            {item: abandon_for(item, lock, why) for item, (lock, why) in gone.items()}
-        )
-
-        def resolve_for(failure: Record) -> Callable[[ItemState], Record | None]:
-            def build(current: ItemState) -> Record | None:
-                if current.failure is None or current.failure.record_id != failure.record_id:
-                    return None
-                return self._new_record(
-                    failure.item_id,
-                    RecordState.RESOLVED,
-                    "sessionize (self-healing)",
-                    run_id,
-                    previous=failure,
-                    payload={"reason": "abandoned lock released; the item is processed again"},
-                )
-
-            return build
-
-        self._append_many({item: resolve_for(record) for item, record in failed.items()})
-        healed = {item: gone[item][1] for item in failed}
-        for item, why in healed.items():
-            log.warning("processing manifest: %s: lock abandoned automatically (%s)", item, why)
-        return healed
+        self.complete(lock_record, payload=jsonable(result))
 
     def lock_many(self, items: Sequence[str], application: str, run_id: str) -> dict[str, Record]:
         """Take the locks of all `items` in one commit, or none: raises ItemLockedError (naming
@@ -723,7 +479,7 @@ class ProcessingManifest:
         def build_for(item: str) -> Callable[[ItemState], Record]:
             def build(current: ItemState) -> Record:
                 if current.status not in LOCKABLE:
-                    raise ItemLockedError(_refusal(current, f"run {run_id} cannot lock it"))
+                    raise ItemLockedError(refusal(current, f"run {run_id} cannot lock it"))
                 return self._new_record(item, RecordState.PROCESSING, application, run_id)
 
             return build
@@ -803,7 +559,7 @@ class ProcessingManifest:
         except BaseException as exc:
             reason = f"{type(exc).__name__}: {exc}".strip()[:2000]
             payloads = {
-                item: {**_jsonable(result), "reason": reason}
+                item: {**jsonable(result), "reason": reason}
                 for item, result in zip(items, results, strict=True)
             }
             try:
@@ -817,7 +573,7 @@ class ProcessingManifest:
         self.close_many(
             locks,
             RecordState.PROCESSED,
-            {item: _jsonable(result) for item, result in zip(items, results, strict=True)},
+            {item: jsonable(result) for item, result in zip(items, results, strict=True)},
         )
 
 
@@ -830,130 +586,4 @@ class PartialAppendError(Exception):
         self.error = error
 
 
-def _records_by_item(path: str, items: Iterable[str]) -> dict[str, list[Record]]:
-    """The records of `items` (delta-rs, reading only their buckets), grouped by item."""
-    wanted = sorted(set(items))
-    table = open_table(path)
-    if table is None or not wanted:
-        return {}
-    buckets = sorted({str(item_bucket(i)) for i in wanted})
-    columns = [c for c in COLUMNS if c != "item_bucket"]
-    rows = table.to_pyarrow_table(
-        partitions=[("item_bucket", "in", buckets)],
-        columns=columns,
-        filters=[("item_id", "in", wanted)],
-    ).to_pylist()
-    grouped: dict[str, list[Record]] = {}
-    keep = set(wanted)
-    for row in rows:
-        record = Record.from_row(row)
-        if record.item_id in keep:
-            grouped.setdefault(record.item_id, []).append(record)
-    return {item: sorted(rs, key=record_order) for item, rs in grouped.items()}
-
-
-def _jsonable(payload: Mapping[str, Any]) -> dict[str, Any]:
-    return {str(k): v for k, v in payload.items()}
-
-
-def _operator_run_id() -> str:
-    return f"operator-{uuid.uuid4().hex[:12]}"
-
-
-def this_holder() -> dict[str, Any]:
-    """This process, as a lock's holder: host and process id."""
-    return {"host": socket.gethostname(), "pid": os.getpid()}
-
-
-def pid_alive(pid: int) -> bool:
-    """True while process `pid` exists on this host (a zombie counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split(") ", 1)[1][:1] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
-def _refusal(current: ItemState, consequence: str) -> str:
-    """`Item X is locked by run R (app) for 3s; run S cannot lock it. <how to recover>`"""
-    text = current.describe()
-    hint = recovery_hint(current)
-    return f"{text[0].upper()}{text[1:]}; {consequence}" + (f"; {hint}" if hint else ".")
-
-
-def recovery_hint(current: ItemState) -> str:
-    """What the user can do about an item that refuses a lock, in one sentence."""
-    if current.status is ItemStatus.LOCKED:
-        return (
-            "it is released when that run ends, or by the next run if that run died "
-            f"(`sessionize manifest resolve --run {current.holder_run_id} --reason TEXT` "
-            "releases it now)."
-        )
-    if current.status is ItemStatus.FAIL_LOCKED:
-        return (
-            "fix the cause, then release it with `sessionize manifest resolve "
-            f"{current.item_id} --reason TEXT` (or every item of that run with --run "
-            f"{current.holder_run_id})."
-        )
-    return ""
-
-
 # ---------------------------------------------------------------------- readers (delta-rs)
-
-
-def open_table(path: str):  # noqa: ANN202
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    try:
-        return DeltaTable(path)
-    except TableNotFoundError:
-        return None
-
-
-def read_records(
-    path: str, item_prefix: str | None = None, item: str | None = None
-) -> list[Record]:
-    """Records via delta-rs (no Spark) by item and time; optionally of one item or an id prefix."""
-    table = open_table(path)
-    if table is None:
-        return []
-    partitions = [("item_bucket", "=", str(item_bucket(item)))] if item is not None else None
-    filters = [("item_id", "=", item)] if item is not None else None
-    columns = [c for c in COLUMNS if c != "item_bucket"]
-    rows = table.to_pyarrow_table(
-        partitions=partitions, columns=columns, filters=filters
-    ).to_pylist()
-    records = [Record.from_row(row) for row in rows]
-    if item is not None:
-        records = [r for r in records if r.item_id == item]
-    if item_prefix:
-        records = [r for r in records if r.item_id.startswith(item_prefix)]
-    return sorted(records, key=lambda r: (r.item_id, *record_order(r)))
-
-
-def item_states(
-    path: str, prefix: str | None = None, now: dt.datetime | None = None
-) -> dict[str, ItemState]:
-    """Every item's derived state (delta-rs), keyed by item id; `now` defaults to the clock."""
-    return derive_item_states(read_records(path, item_prefix=prefix), now or utc_now())
-
-
-def item_state(path: str, item: str, now: dt.datetime | None = None) -> ItemState:
-    """One item's derived state (delta-rs, reads one bucket)."""
-    return derive_item_state(read_records(path, item=item), now or utc_now(), item_id=item)
-
-
-def last_processed_payload(path: str, item: str) -> dict[str, Any] | None:
-    """The payload of the item's latest Processed record (None if never processed)."""
-    processed = [r for r in read_records(path, item=item) if r.state is RecordState.PROCESSED]
-    if not processed:
-        return None
-    latest = max(processed, key=lambda r: (r.time, r.record_id))
-    return latest.payload or {}
