@@ -178,17 +178,32 @@ def backfill_pipeline(
     return report
 
 
+def _status_of(branch: str, status: Callable[[LakeResource], Any], lake: LakeResource) -> list[str]:
+    """A branch's status lines, or one line saying its state cannot be read (status goes on)."""
+    try:
+        return status(lake).lines()
+    except UserError:
+        raise
+    except Exception as exc:  # a corrupt table: say so, and show the other branch
+        log.error("status: %s failed", branch, exc_info=exc)
+        return [f"UNREADABLE: the {branch}'s state cannot be read: {one_sentence(exc)}"]
+
+
 def status_lines(ctx: CommandContext) -> list[str]:
     """Run-limit states and windows, pending and skipped days, locks (no Spark)."""
+    from sessionize_assets.commands.failures import failure_lines
     from sessionize_assets.commands.manifest import cursor_status_lines, manifest_status_lines
     from sessionize_assets.commands.sessions import status_sessions
     from sessionize_assets.commands.time_based import status_time_based
 
     lake = _lake(ctx)
+    instance = ctx.instance
     out = ["time-based branch:"]
-    out += [f"  {line}" for line in status_time_based(lake).lines()]
+    out += [f"  {line}" for line in failure_lines(instance, "time-based branch")]
+    out += [f"  {line}" for line in _status_of("time-based branch", status_time_based, lake)]
     out.append("session-based branch:")
-    out += [f"  {line}" for line in status_sessions(lake).lines()]
+    out += [f"  {line}" for line in failure_lines(instance, "session-based branch")]
+    out += [f"  {line}" for line in _status_of("session-based branch", status_sessions, lake)]
     out.append("processing manifest:")
     out += [
         f"  {line}" for line in manifest_status_lines(lake.table("processing_manifest"), ctx.now)

@@ -89,6 +89,13 @@ def test_a_corrupt_sessions_log_fails_the_run_and_keeps_the_time_based_branch(tw
     days = {str(d) for d in actions.to_pydict()["partition.load_date"]}
     assert "2024-03-03" in days  # the time-based branch moved on
 
+    result = _console(home, *_now(4), "status")
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    branch = result.stdout.split("session-based branch:", 1)[1].splitlines()[1]
+    assert branch.strip().startswith("FAILED: the last 1 run(s) of this branch failed, since "), (
+        result.stdout
+    )
+
     result = _console(home, *_now(4), "verify")
     assert result.returncode == 4, (result.stdout, result.stderr)
     error = _last_line(result.stderr)

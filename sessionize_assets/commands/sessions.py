@@ -20,7 +20,12 @@ from pyspark.sql import functions as F
 from sessionize_assets.core import sessionize as core
 from sessionize_assets.core.clock import as_utc, iso_or_none
 from sessionize_assets.core.run_limits import RunLimits, caught_up, format_tstamp
-from sessionize_assets.resources.delta import delta_version, read_small_table, table_or_empty
+from sessionize_assets.resources.delta import (
+    delta_version,
+    read_small_table,
+    read_version,
+    table_or_empty,
+)
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.tables import (
     FILTERED_EVENTS,
@@ -205,6 +210,7 @@ class VerifySessionsReport:
     differences: list[Difference] = field(default_factory=list)
     compared: dict[str, int] = field(default_factory=dict)
     processed_through: dt.datetime | None = None
+    waiting_rows: int = 0  # filtered_events rows past processed_through (not a difference)
     truncated: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -220,6 +226,12 @@ class VerifySessionsReport:
         ]
         for table, n in self.compared.items():
             out.append(f"  {table}: {n} rows compared")
+        if self.waiting_rows:
+            after = f"after {through}" if self.processed_through else "nothing processed yet"
+            out.append(
+                f"  Waiting (not a difference): {self.waiting_rows} filtered_events rows ({after}); "
+                "`sessionize run` processes them."
+            )
         if self.ok:
             out.append("  no differences")
         for d in self.differences:
@@ -296,6 +308,12 @@ def verify_sessions(lake: LakeResource, spark: Any, limit: int = 20) -> VerifySe
         return report
     through = state.processed_through if state else None
     report.processed_through = through
+    # What is waiting is said, so a branch that processed nothing never passes vacuously.
+    events = read_version(session, lake.table(FILTERED_EVENTS), version)
+    if settings.session_timestamp in events.columns:
+        stamp = F.coalesce(F.col(settings.session_timestamp), F.col("load_tstamp"))
+        waiting = events if through is None else events.where(stamp > F.lit(through))
+        report.waiting_rows = waiting.count()
     for model in models:
         s = manifest.get(model)
         if s is None:
