@@ -193,8 +193,43 @@ def cmd_demo(ctx: CommandContext) -> int:
     return 0
 
 
+def cmd_engine(ctx: CommandContext) -> int:
+    """`sessionize engine start|stop|status`: the home's warm Spark engine (Spark Connect)."""
+    from sessionize_assets.resources import engine
+
+    action = ctx.args.engine_command
+    if action == "start":
+        info = engine.start(ctx.home.root, ctx.settings.spark, ctx.args.port)
+        verb = "already running" if info.reused else "started"
+        _print(
+            [
+                f"Spark engine {verb}: pid {info.pid}, {info.public_url}; log: {info.log}",
+                "sessionize commands on this home now use it; `sessionize engine stop` stops it.",
+            ]
+        )
+        return 0
+    if action == "stop":
+        _print([engine.stop(ctx.home.root)])
+        return 0
+    current = engine.status(ctx.home.root)
+    _print([current.line()])
+    return 0 if current.state == "running" else int(ExitStatus.BLOCKED)
+
+
 def cmd_ui(ctx: CommandContext) -> int:
     ctx.ensure_home()
+    if not ctx.args.no_engine:
+        # The runs Dagster launches connect to one warm engine instead of each starting a JVM.
+        from sessionize_assets.resources import engine
+
+        try:
+            info = engine.start(ctx.home.root, ctx.settings.spark)
+            os.environ["SESSIONIZE_SPARK_REMOTE"] = info.url
+            print(
+                f"Runs use the warm Spark engine (pid {info.pid}); `sessionize engine stop` ends it."
+            )
+        except UserError as exc:
+            print(f"note: runs use their own embedded Spark engine ({exc})")
     dagster = Path(sys.executable).with_name("dagster")
     command = [
         str(dagster) if dagster.exists() else "dagster",
@@ -330,8 +365,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help=wait_help)
     p.set_defaults(func=cmd_demo)
 
+    p = sub.add_parser(
+        "engine", help="start, stop or show the home's warm Spark engine (Spark Connect)"
+    )
+    esub = p.add_subparsers(dest="engine_command", required=True)
+    q = esub.add_parser("start", help="start the engine (or reuse the running one)")
+    q.add_argument("--port", type=int, default=None, help="default 15002; 0 picks a free port")
+    esub.add_parser("stop", help="stop the engine")
+    esub.add_parser("status", help="running, stale or not started (exit 0 only when running)")
+    p.set_defaults(func=cmd_engine)
+
     p = sub.add_parser("ui", help="the Dagster UI on this home (dagster dev, bound to localhost)")
     p.add_argument("--port", type=int, default=3000)
+    p.add_argument(
+        "--no-engine",
+        action="store_true",
+        help="do not start the warm Spark engine: each run starts its own embedded Spark",
+    )
     p.set_defaults(func=cmd_ui)
     return parser
 

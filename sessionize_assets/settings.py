@@ -129,6 +129,28 @@ def _encoding(key: str, value: Any) -> str:
         raise _fail(key, f"names an unknown text encoding {value!r}") from None
 
 
+_SIZE = re.compile(r"^\d+[kmgtp]?b?$", re.IGNORECASE)
+_SIZE_KEYS = re.compile(r"(memory|memoryOverhead|maxResultSize|\.buffer(\.max)?)$")
+_INT_KEYS = re.compile(r"(\.cores|\.instances|\.partitions|\.parallelism|\.maxFailures)$")
+_BOOL_KEYS = re.compile(r"\.enabled$")
+
+
+def _spark_options(key: str, options: dict[str, str]) -> dict[str, str]:
+    """Spark options a JVM would refuse at start (`JAVA_GATEWAY_EXITED`, no key named) are
+    refused here instead, naming the option: sizes, counts and switches of the common keys."""
+    for name, value in options.items():
+        text = str(value).strip()
+        if not name.startswith("spark."):
+            raise _fail(f"{key}.{name}", "is not a Spark option (they start with `spark.`)")
+        if _SIZE_KEYS.search(name) and not _SIZE.match(text):
+            raise _fail(f"{key}.{name}", f"must be a size such as 2g or 512m, got {value!r}")
+        if _INT_KEYS.search(name) and not text.isdigit():
+            raise _fail(f"{key}.{name}", f"must be a whole number, got {value!r}")
+        if _BOOL_KEYS.search(name) and text.lower() not in ("true", "false"):
+            raise _fail(f"{key}.{name}", f"must be true or false, got {value!r}")
+    return options
+
+
 def _str_map(key: str, value: Any) -> dict[str, str]:
     if not isinstance(value, Mapping):
         raise _fail(key, f"must be a mapping, got {value!r}")
@@ -234,7 +256,7 @@ def from_mapping(raw: Mapping[str, Any], today: dt.date | None = None) -> Settin
         elif key == "column_mapping":
             values[key] = _str_map(key, value)
         elif key == "spark":
-            values[key] = _str_map(key, value)
+            values[key] = _spark_options(key, _str_map(key, value))
         elif key == "session_models":
             models = _str_list(key, value, allow_empty=False)
             bad = [m for m in models if m not in KNOWN_SESSION_MODELS]

@@ -71,11 +71,27 @@ class CommandContext:
 
     @property
     def spark(self) -> SparkSession:
+        """The Spark session: the home's warm engine when one runs (`sessionize engine start`)
+        and no other remote is configured, else the embedded engine of this process."""
         if self._spark is None:
             from sessionize_assets.resources.spark import get_spark
 
+            self.use_running_engine()
             self._spark = get_spark(self.settings.spark)
         return self._spark
+
+    def use_running_engine(self) -> str | None:
+        """Point this process (and the Dagster runs it launches) at the home's running engine,
+        unless a remote is configured already; the URL, or None (embedded engine)."""
+        from sessionize_assets.resources import engine
+        from sessionize_assets.resources.spark import REMOTE_SETTING, remote_url
+
+        if REMOTE_SETTING in self.settings.spark or remote_url(self.settings.spark):
+            return None
+        url = engine.remote_url(self.home.root)
+        if url is not None:
+            os.environ["SESSIONIZE_SPARK_REMOTE"] = url
+        return url
 
     @property
     def instance(self) -> DagsterInstance:

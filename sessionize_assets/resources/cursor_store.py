@@ -15,6 +15,7 @@ from typing import Any
 from sessionize_assets.core.clock import to_micros, utc_now
 from sessionize_assets.core.cursor import CursorState
 from sessionize_assets.errors import UserError
+from sessionize_assets.resources.delta import create_table, exists, merge_into, quoted
 from sessionize_assets.resources.processing_manifest import (
     MAX_ATTEMPTS,
     is_commit_conflict,
@@ -69,22 +70,21 @@ class CursorCheckpointStore:
         self._ready = False
 
     def ensure_table(self) -> None:
-        from delta.tables import DeltaTable
-
         if self._ready:
             return
         for attempt in range(self.max_attempts):
-            if DeltaTable.isDeltaTable(self.spark, self.path):
+            if exists(self.path):
                 break
             try:
-                (
-                    DeltaTable.createIfNotExists(self.spark)
-                    .location(self.path)
-                    .addColumns(_cursor_schema())
-                    .property("delta.appendOnly", "true")
-                    .property("delta.enableDeletionVectors", "false")
-                    .comment("sessionize cursor checkpoints (seed 004)")
-                    .execute()
+                create_table(
+                    self.spark,
+                    self.path,
+                    _cursor_schema(),
+                    properties={
+                        "delta.appendOnly": "true",
+                        "delta.enableDeletionVectors": "false",
+                    },
+                    comment="sessionize cursor checkpoints (seed 004)",
                 )
                 break
             except Exception:
@@ -101,9 +101,6 @@ class CursorCheckpointStore:
 
     def save(self, name: str, state: CursorState, run_id: str | None = None) -> int:
         """Checkpoint `state` as the cursor's next sequence; returns that sequence."""
-        from delta.tables import DeltaTable
-        from pyspark.sql import functions as F
-
         self.ensure_table()
         if name not in self._sequence:
             self.load(name)
@@ -116,31 +113,22 @@ class CursorCheckpointStore:
                 "cursor_name string, sequence long, state string, run_id string, micros long",
             )
             try:
-                result = (
-                    DeltaTable.forPath(self.spark, self.path)
-                    .alias("t")
-                    .merge(
-                        source.alias("s"),
-                        (F.col("t.cursor_name") == F.lit(name))
-                        & (F.col("t.sequence") >= F.col("s.sequence")),
-                    )
-                    .whenNotMatchedInsert(
-                        values={
-                            "cursor_name": "s.cursor_name",
-                            "sequence": "s.sequence",
-                            "state": "s.state",
-                            "run_id": "s.run_id",
-                            "checkpoint_time": F.timestamp_micros(F.col("s.micros")),
-                        }
-                    )
-                    .execute()
+                result = merge_into(
+                    self.spark,
+                    self.path,
+                    source,
+                    f"ON t.cursor_name = {quoted(name)} AND t.sequence >= s.sequence "
+                    "WHEN NOT MATCHED THEN INSERT "
+                    "(cursor_name, sequence, state, run_id, checkpoint_time) "
+                    "VALUES (s.cursor_name, s.sequence, s.state, s.run_id, "
+                    "timestamp_micros(s.micros))",
                 )
             except Exception as exc:
                 if not is_commit_conflict(exc) or attempt + 1 >= self.max_attempts:
                     raise
                 time.sleep(min(1.0, 0.02 * 2 ** min(attempt, 5)) * (0.5 + random.random()))
                 continue
-            if result.first()["num_inserted_rows"] == 1:
+            if result["num_inserted_rows"] == 1:
                 self._sequence[name] = sequence
                 return sequence
             break

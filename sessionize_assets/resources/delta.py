@@ -177,24 +177,24 @@ def replace_partitions(
 
 def merge(spark: SparkSession, path: str, source: DataFrame, key: str, schema: str) -> None:
     """Upsert `source` rows by `key`; rows with `_delete` set remove the target row. The first
-    write of a table is a plain write."""
-    from delta.tables import DeltaTable
-
+    write of a table is a plain write. (Delta SQL: works over Spark Connect too.)"""
     columns = [c for c, _ in schema_pairs(schema)]
     if delta_version(path) is None:
         source.filter(~F.col("_delete")).select(*columns).write.format("delta").mode("append").save(
             path
         )
         return
-    values = {c: f"s.`{c}`" for c in columns}
-    (
-        DeltaTable.forPath(spark, path)
-        .alias("t")
-        .merge(source.alias("s"), f"t.`{key}` = s.`{key}`")
-        .whenMatchedDelete(condition="s._delete")
-        .whenMatchedUpdate(set=values)
-        .whenNotMatchedInsert(condition="NOT s._delete", values=values)
-        .execute()
+    names = ", ".join(f"`{c}`" for c in columns)
+    values = ", ".join(f"s.`{c}`" for c in columns)
+    updates = ", ".join(f"`{c}` = s.`{c}`" for c in columns)
+    merge_into(
+        spark,
+        path,
+        source,
+        f"ON t.`{key}` = s.`{key}` "
+        "WHEN MATCHED AND s._delete THEN DELETE "
+        f"WHEN MATCHED THEN UPDATE SET {updates} "
+        f"WHEN NOT MATCHED AND NOT s._delete THEN INSERT ({names}) VALUES ({values})",
     )
 
 
@@ -270,3 +270,73 @@ def upsert_small(path: str, rows: Sequence[Mapping[str, Any]], schema: pa.Schema
         )
 
     committed(write)
+
+
+# ------------------------------------------- SQL forms (the same over Spark Connect and locally)
+# delta-spark's Python `DeltaTable` needs the JVM or Delta's Connect server plugin, which Maven
+# Central does not serve for this Spark; Delta's SQL (MERGE INTO, CREATE TABLE, OPTIMIZE) works
+# through any session, embedded or remote, so the writers use it.
+
+
+def quoted(value: object) -> str:
+    """A SQL literal: numbers as they are, text single-quoted with quotes and backslashes escaped."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{text}'"
+
+
+def table_ref(path: str) -> str:
+    """`delta.`<path>`` (backticks in the path doubled)."""
+    return "delta.`" + path.replace("`", "``") + "`"
+
+
+def column_ddl(schema: Any) -> str:
+    """A StructType as the column list of CREATE TABLE."""
+    return ", ".join(
+        f"`{f.name}` {f.dataType.simpleString().upper()}{'' if f.nullable else ' NOT NULL'}"
+        for f in schema.fields
+    )
+
+
+def create_table(
+    spark: SparkSession,
+    path: str,
+    schema: Any,
+    partitioned_by: Sequence[str] = (),
+    properties: Mapping[str, str] | None = None,
+    comment: str | None = None,
+) -> None:
+    """CREATE TABLE IF NOT EXISTS at `path` (Delta SQL)."""
+    sql = f"CREATE TABLE IF NOT EXISTS {table_ref(path)} ({column_ddl(schema)}) USING DELTA"
+    if partitioned_by:
+        sql += f" PARTITIONED BY ({', '.join(f'`{c}`' for c in partitioned_by)})"
+    if comment:
+        sql += f" COMMENT {quoted(comment)}"
+    if properties:
+        sql += (
+            " TBLPROPERTIES ("
+            + ", ".join(f"{quoted(k)} = {quoted(v)}" for k, v in properties.items())
+            + ")"
+        )
+    spark.sql(sql)
+
+
+def merge_into(spark: SparkSession, path: str, source: DataFrame, statement: str) -> Any:
+    """Run `MERGE INTO <table> t USING <source> s <statement>` and return its metrics row
+    (num_affected_rows, num_updated_rows, num_deleted_rows, num_inserted_rows)."""
+    import uuid
+
+    view = f"sessionize_merge_{uuid.uuid4().hex}"
+    source.createOrReplaceTempView(view)
+    try:
+        return spark.sql(f"MERGE INTO {table_ref(path)} t USING {view} s {statement}").first()
+    finally:
+        spark.catalog.dropTempView(view)
+
+
+def optimize(spark: SparkSession, path: str) -> None:
+    """Bin-pack a table's small files (Delta's OPTIMIZE)."""
+    spark.sql(f"OPTIMIZE {table_ref(path)}")

@@ -48,6 +48,7 @@ from sessionize_assets.core.manifest_state import (
     derive_item_state,
 )
 from sessionize_assets.errors import ItemLockedError
+from sessionize_assets.resources.delta import create_table, exists, merge_into, optimize, quoted
 from sessionize_assets.resources.manifest_operator import OperatorActions
 from sessionize_assets.resources.manifest_table import (  # the manifest's public names, here too
     BUCKETS,
@@ -153,23 +154,22 @@ class ProcessingManifest(OperatorActions):
         """Create the table if absent (concurrent creators: one wins, the others see it)."""
         if self._ready:
             return
-        from delta.tables import DeltaTable
-
         for attempt in range(self.max_attempts):
-            if DeltaTable.isDeltaTable(self.spark, self.path):
+            if exists(self.path):
                 self._ready = True
                 return
             try:
-                (
-                    DeltaTable.createIfNotExists(self.spark)
-                    .location(self.path)
-                    .addColumns(_spark_schema())
-                    .partitionedBy("item_bucket")
-                    .property("delta.appendOnly", "true")
-                    .property("delta.enableDeletionVectors", "false")
-                    .property("sessionize.manifest.buckets", str(BUCKETS))
-                    .comment("sessionize processing manifest: append-only records (seed 003)")
-                    .execute()
+                create_table(
+                    self.spark,
+                    self.path,
+                    _spark_schema(),
+                    partitioned_by=["item_bucket"],
+                    properties={
+                        "delta.appendOnly": "true",
+                        "delta.enableDeletionVectors": "false",
+                        "sessionize.manifest.buckets": str(BUCKETS),
+                    },
+                    comment="sessionize processing manifest: append-only records (seed 003)",
                 )
                 self._ready = True
                 return
@@ -193,12 +193,10 @@ class ProcessingManifest(OperatorActions):
 
     def compact(self) -> None:
         """Bin-pack the small files the records leave (one per record); retried on conflicts."""
-        from delta.tables import DeltaTable
-
         self.ensure_table()
         for attempt in range(self.max_attempts):
             try:
-                DeltaTable.forPath(self.spark, self.path).optimize().executeCompaction()
+                optimize(self.spark, self.path)
                 return
             except Exception as exc:
                 if not is_commit_conflict(exc) or attempt + 1 >= self.max_attempts:
@@ -241,8 +239,6 @@ class ProcessingManifest(OperatorActions):
         retried with back-off. When a retry is refused after some records were written,
         `PartialAppendError` carries them. Returns the records written, by item.
         """
-        from delta.tables import DeltaTable
-        from pyspark.sql import functions as F
         from pyspark.sql import types as T
 
         self.ensure_table()
@@ -298,23 +294,18 @@ class ProcessingManifest(OperatorActions):
                 source_schema,
             )
             buckets = sorted({item_bucket(item) for item in records})
-            condition = (
-                F.col("t.item_bucket").isin(buckets)
-                & F.col("t.item_id").isin(sorted(records))
-                & (F.col("t.item_bucket") == F.col("s.item_bucket"))
-                & (F.col("t.item_id") == F.col("s.item_id"))
-                & ~F.array_contains(F.col("s.seen"), F.col("t.record_id"))
+            insert_columns = [c for c in COLUMNS if c != "time"]
+            statement = (
+                f"ON t.item_bucket IN ({', '.join(str(b) for b in buckets)}) "
+                f"AND t.item_id IN ({', '.join(quoted(i) for i in sorted(records))}) "
+                "AND t.item_bucket = s.item_bucket AND t.item_id = s.item_id "
+                "AND NOT array_contains(s.seen, t.record_id) "
+                f"WHEN NOT MATCHED THEN INSERT ({', '.join(insert_columns)}, time) "
+                f"VALUES ({', '.join(f's.{c}' for c in insert_columns)}, "
+                "timestamp_micros(s.micros))"
             )
-            values = {c: F.col(f"s.{c}") for c in COLUMNS if c != "time"}
-            values["time"] = F.timestamp_micros(F.col("s.micros"))
             try:
-                result = (
-                    DeltaTable.forPath(self.spark, self.path)
-                    .alias("t")
-                    .merge(source.alias("s"), condition)
-                    .whenNotMatchedInsert(values=values)
-                    .execute()
-                )
+                result = merge_into(self.spark, self.path, source, statement)
             except Exception as exc:
                 if not is_commit_conflict(exc):
                     if written:
@@ -326,7 +317,7 @@ class ProcessingManifest(OperatorActions):
                 )
                 time.sleep(min(1.0, 0.02 * 2 ** min(attempt, 5)) * (0.5 + random.random()))
                 continue
-            inserted = result.first()["num_inserted_rows"]
+            inserted = result["num_inserted_rows"]
             if inserted == len(records):
                 written.update(records)
                 return written

@@ -1,4 +1,11 @@
-"""The Spark session with Delta Lake enabled, as a Dagster resource built on dagster-pyspark."""
+"""The Spark session with Delta Lake enabled, as a Dagster resource built on dagster-pyspark.
+
+By default the session is an embedded engine (a JVM in this process). When a Spark Connect URL is
+configured (`spark.remote` in the `spark` setting, else `$SESSIONIZE_SPARK_REMOTE`, else
+`$SPARK_REMOTE`) the session is a Spark Connect client of that server instead, e.g. the warm
+engine of `resources/engine.py`; `SESSIONIZE_SPARK_REMOTE=home` means the engine of the home
+(`$SESSIONIZE_HOME`).
+"""
 
 from __future__ import annotations
 
@@ -49,8 +56,67 @@ def spark_conf(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
     return conf
 
 
+REMOTE_SETTING = "spark.remote"
+REMOTE_ENV = ("SESSIONIZE_SPARK_REMOTE", "SPARK_REMOTE")
+HOME_ENGINE = "home"  # SESSIONIZE_SPARK_REMOTE=home: the engine started for $SESSIONIZE_HOME
+# Settings a Connect client cannot change: they belong to the server (its SparkConf at start).
+_SERVER_ONLY_SQL = ("spark.sql.extensions", "spark.sql.catalog.", "spark.sql.warehouse.dir")
+
+
+def remote_url(overrides: Mapping[str, str] | None = None) -> str | None:
+    """The Spark Connect URL to use, or None for the embedded engine."""
+    url = (overrides or {}).get(REMOTE_SETTING) or next(
+        (os.environ[name] for name in REMOTE_ENV if os.environ.get(name)), None
+    )
+    if not url:
+        return None
+    url = str(url).strip()
+    if url == HOME_ENGINE:
+        from sessionize_assets.errors import UserError
+        from sessionize_assets.home import Home
+        from sessionize_assets.resources import engine
+
+        root = Home.from_env().root
+        found = engine.remote_url(root)
+        if found is None:
+            raise UserError(
+                f"SESSIONIZE_SPARK_REMOTE=home but no Spark engine answers for {root} "
+                f"({engine.status(root).state}); start it with "
+                f"`python -m sessionize_assets.resources.engine start --home {root}`"
+            )
+        return found
+    return url
+
+
+def session_conf(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The settings a Connect client sets on its session: the SQL and Delta ones (the rest is the
+    server's; see `resources/engine.py`)."""
+    conf = {**DEFAULT_SPARK_CONF, **{k: str(v) for k, v in (overrides or {}).items()}}
+    return {
+        k: v
+        for k, v in conf.items()
+        if k.startswith(("spark.sql.", "spark.databricks.")) and not k.startswith(_SERVER_ONLY_SQL)
+    }
+
+
+def _remote_session(url: str, overrides: Mapping[str, str] | None) -> SparkSession:
+    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+    # As SparkSession.builder does for `remote`: pyspark.sql.functions, DeltaTable, ... then
+    # build Connect objects in this process.
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    existing = RemoteSparkSession.getActiveSession() or RemoteSparkSession._get_default_session()
+    if existing is not None:
+        return existing  # as the embedded engine: settings are applied once, at creation
+    return RemoteSparkSession.builder.remote(url).config(map=session_conf(overrides)).create()
+
+
 def get_spark(overrides: Mapping[str, str] | None = None) -> SparkSession:
-    """The one Spark session of this process (created on first use, reused afterwards)."""
+    """The one Spark session of this process (created on first use, reused afterwards): a Spark
+    Connect client when a remote URL is configured (`remote_url`), else the embedded engine."""
+    url = remote_url(overrides)
+    if url is not None:
+        return _remote_session(url, overrides)
     # Bind the embedded engine to loopback; a cluster's addresses come from the settings.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     active = SparkSession.getActiveSession()

@@ -6,6 +6,8 @@ events left out per named rule.
 from __future__ import annotations
 
 import datetime as dt
+import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -33,6 +35,23 @@ def localize(spark: SparkSession, df: DataFrame, limit: int = LOCAL_ROWS) -> Dat
     return df.persist()
 
 
+def default_parallelism(spark: SparkSession) -> int:
+    """Spark's default parallelism, also over Spark Connect (which has no SparkContext): the
+    `spark.default.parallelism` setting, else the cores `local[N]` / `local[*]` names."""
+    try:
+        return spark.sparkContext.defaultParallelism
+    except Exception:  # noqa: BLE001 - a Connect session has no SparkContext
+        pass
+    configured = spark.conf.get("spark.default.parallelism", None)
+    if configured and str(configured).isdigit():
+        return int(configured)
+    master = str(spark.conf.get("spark.master", None) or "")
+    match = re.match(r"local\[(\d+|\*)", master)
+    if match and match.group(1).isdigit():
+        return int(match.group(1))
+    return os.cpu_count() or 2
+
+
 @contextmanager
 def small_query_conf(spark: SparkSession, enabled: bool) -> Iterator[None]:
     """Turn adaptive execution off and use one shuffle partition per core while `enabled`,
@@ -42,7 +61,7 @@ def small_query_conf(spark: SparkSession, enabled: bool) -> Iterator[None]:
         return
     wanted = {
         "spark.sql.adaptive.enabled": "false",
-        "spark.sql.shuffle.partitions": str(max(1, spark.sparkContext.defaultParallelism)),
+        "spark.sql.shuffle.partitions": str(max(1, default_parallelism(spark))),
     }
     before = {k: spark.conf.get(k, None) for k in wanted}
     for k, v in wanted.items():

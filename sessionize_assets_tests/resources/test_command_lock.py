@@ -20,7 +20,7 @@ with command_lock(Path(sys.argv[1]), "run"):
 
 
 def _hold(tmp_path, seconds: float) -> subprocess.Popen:
-    ready = tmp_path / "ready"
+    ready = tmp_path / f"ready-{time.monotonic_ns()}"
     proc = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(tmp_path / "home"), str(ready), str(seconds)]
     )
@@ -48,8 +48,10 @@ def test_a_second_command_is_refused_at_once_naming_the_holder(tmp_path) -> None
 
 def test_a_killed_holder_leaves_nothing_behind_and_wait_waits(tmp_path) -> None:
     proc = _hold(tmp_path, 2)
+    started = time.monotonic()
     with command_lock(tmp_path / "home", "run", wait_s=60):  # waits for the holder to end
-        assert proc.poll() is not None
+        assert time.monotonic() - started >= 0.5  # it did wait: the holder still had it
+    assert proc.wait(timeout=30) == 0
     proc = _hold(tmp_path, 60)
     proc.kill()  # SIGKILL: the kernel releases the lock
     proc.wait()

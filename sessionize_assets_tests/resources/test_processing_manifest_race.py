@@ -68,6 +68,9 @@ def race_worker(args: argparse.Namespace) -> None:
     outcome["missed_swaps"] = manifest.missed_swaps
     outcome["cpu_seconds"] = _cpu_seconds()
     Path(args.out).write_text(json.dumps(outcome))
+    # Stay alive (holding the locks won) until both contenders are done: a holder that exits is
+    # gone, and the other contender would rightly heal its locks (see `heal`).
+    _wait_for(Path(args.go).with_name("done"), timeout=300)
 
 
 def _cpu_seconds() -> float | None:
@@ -147,8 +150,15 @@ def test_two_processes_racing_for_the_same_items_exactly_one_wins_each(tmp_path)
         for process, ready, _ in workers:
             _wait_ready(process, ready)
         go.touch()
+        deadline = time.monotonic() + 240
+        for process, _, out in workers:
+            while not out.exists():
+                assert process.poll() is None, _tail(process)
+                assert time.monotonic() < deadline, "a contender did not finish in time"
+                time.sleep(0.1)
+        (tmp_path / "done").touch()
         for process, _, _ in workers:
-            assert process.wait(timeout=240) == 0, _tail(process)
+            assert process.wait(timeout=60) == 0, _tail(process)
     finally:
         for process, _, _ in workers:
             if process.poll() is None:

@@ -1,0 +1,221 @@
+"""The warm Spark engine (resources/engine.py): one Spark Connect server per home, with Delta.
+
+One engine is started for the whole module (a JVM start costs seconds); the tests that need no
+engine (stale pid file, port in use, settings) start none."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+try:
+    from pyspark.sql.connect.utils import check_dependencies
+
+    check_dependencies()
+except ImportError as exc:  # pragma: no cover - depends on the venv
+    pytest.skip(
+        f"Spark Connect client packages missing ({exc}): pip install grpcio grpcio-status "
+        "googleapis-common-protos zstandard 'pandas<3'",
+        allow_module_level=True,
+    )
+
+from sessionize_assets.errors import UserError
+from sessionize_assets.resources import engine
+from sessionize_assets.resources.spark import get_spark, session_conf
+
+# Small and quick to start: one core, C1 JIT, serial GC (as the test suite's embedded engine).
+ENGINE_SETTINGS = {
+    "spark.master": "local[1]",
+    "spark.sql.shuffle.partitions": "1",
+    "spark.driver.memory": "1g",
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+}
+
+
+@pytest.fixture(scope="module")
+def engine_home(tmp_path_factory: pytest.TempPathFactory):
+    home = tmp_path_factory.mktemp("engine_home")
+    info = engine.start(home, ENGINE_SETTINGS, port=0)
+    try:
+        yield home, info
+    finally:
+        engine.stop(home)
+
+
+def _remote_session(url: str):
+    """A Connect session that leaves this process's (embedded) default session alone."""
+    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+    return RemoteSparkSession.builder.remote(url).create()
+
+
+def test_start_reports_a_running_engine_and_reuses_it(engine_home):
+    home, info = engine_home
+    current = engine.status(home)
+    assert current.state == "running" and current.answering
+    assert current.pid == info.pid and current.port == info.port
+    assert engine.remote_url(home) == info.url
+    assert info.log == home / "engine" / "engine.log" and info.log.is_file()
+    state_file = home / "engine" / "engine.json"
+    assert json.loads(state_file.read_text())["pid"] == info.pid
+    assert state_file.stat().st_mode & 0o077 == 0  # the URL carries the token
+    again = engine.start(home, ENGINE_SETTINGS)
+    assert again.reused and again.pid == info.pid and again.url == info.url
+
+
+def _listening_addresses(port: int) -> list[str]:
+    """Local addresses (hex, as /proc/net/tcp* shows them) with a socket listening on `port`."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not Path(table).exists():
+            continue
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            address, hex_port = fields[1].rsplit(":", 1)
+            if fields[3] == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                found.append(address)
+    return found
+
+
+LOOPBACK = {
+    "0100007F",  # 127.0.0.1
+    "0000000000000000FFFF00000100007F",  # ::ffff:127.0.0.1
+    "00000000000000000000000001000000",  # ::1
+}
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux /proc/net/tcp")
+def test_engine_listens_on_loopback_only_and_wants_the_token(engine_home):
+    _, info = engine_home
+    addresses = _listening_addresses(info.port)
+    assert addresses and set(addresses) <= LOOPBACK
+    spark = _remote_session(f"sc://127.0.0.1:{info.port}")  # no token
+    try:
+        with pytest.raises(Exception, match="(?i)authenticat"):
+            spark.sql("SELECT 1").collect()
+    finally:
+        spark.stop()
+
+
+def test_delta_write_merge_and_history_over_the_remote_session(engine_home, tmp_path):
+    _, info = engine_home
+    path = str(tmp_path / "t")
+    spark = _remote_session(info.url)
+    try:
+        spark.createDataFrame([(1, "a"), (2, "b")], "id long, v string").write.format("delta").save(
+            path
+        )
+        source = spark.createDataFrame([(2, "B"), (3, "c")], "id long, v string")
+        source.createOrReplaceTempView("engine_test_source")
+        metrics = spark.sql(
+            f"MERGE INTO delta.`{path}` t USING engine_test_source s ON t.id = s.id "
+            "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+        ).collect()[0]
+        assert (metrics["num_updated_rows"], metrics["num_inserted_rows"]) == (1, 1)
+        rows = spark.read.format("delta").load(path).orderBy("id").collect()
+        assert [(r.id, r.v) for r in rows] == [(1, "a"), (2, "B"), (3, "c")]
+        history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()
+        assert [h.operation for h in history] == ["WRITE", "MERGE"]
+        # The engine got the project's Delta defaults (delta-rs can read what it writes).
+        assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
+    finally:
+        spark.stop()
+    from deltalake import DeltaTable
+
+    assert DeltaTable(path).version() == 1
+
+
+def test_get_spark_connects_to_the_engine_named_by_the_environment(engine_home, monkeypatch):
+    home, _ = engine_home
+    monkeypatch.setenv("SESSIONIZE_SPARK_REMOTE", "home")
+    monkeypatch.setenv("SESSIONIZE_HOME", str(home))
+    spark = get_spark({"spark.sql.shuffle.partitions": "3"})
+    try:
+        assert type(spark).__module__ == "pyspark.sql.connect.session"
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
+        assert spark.range(4).count() == 4
+        assert get_spark() is spark  # one session per process, as the embedded engine
+    finally:
+        spark.stop()
+
+
+def test_stop_ends_the_engine(engine_home):
+    home, info = engine_home
+    message = engine.stop(home)
+    assert f"pid {info.pid}" in message
+    assert engine.status(home).state == "not started"
+    assert engine.remote_url(home) is None
+    assert engine.stop(home).startswith("No Spark engine")
+
+
+# ----------------------------------------------------------------------- no engine needed
+
+
+def test_a_dead_pid_file_reads_as_stale(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    folder = tmp_path / "engine"
+    folder.mkdir()
+    (folder / "engine.json").write_text(
+        json.dumps({"pid": dead.pid, "port": 1, "url": "sc://localhost:1/;token=x"})
+    )
+    current = engine.status(tmp_path)
+    assert current.state == "stale" and current.pid == dead.pid
+    assert "stale" in current.line()
+    assert engine.remote_url(tmp_path) is None
+    # A live pid that is not a Connect server (pid reuse) is stale too.
+    (folder / "engine.json").write_text(json.dumps({"pid": os.getpid(), "port": 1}))
+    assert engine.status(tmp_path).state == "stale"
+    assert "stale" in engine.stop(tmp_path)
+    assert engine.status(tmp_path).state == "not started"
+
+
+def test_a_port_in_use_is_one_sentence_naming_the_log(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(UserError) as info:
+            engine.start(tmp_path, {}, port=port)
+    message = str(info.value)
+    assert f"Port {port}" in message and str(tmp_path / "engine" / "engine.log") in message
+    assert "\n" not in message
+    assert engine.status(tmp_path).state == "not started"
+
+
+def test_missing_java_is_one_sentence(tmp_path, monkeypatch):
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(UserError, match="Java") as info:
+        engine.start(tmp_path, {}, port=0)
+    assert "engine.log" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_missing_jars_is_one_sentence(tmp_path, monkeypatch):
+    monkeypatch.setenv("SESSIONIZE_JARS_DIR", str(tmp_path / "nothing"))
+    with pytest.raises(UserError, match="Delta Lake jars") as info:
+        engine.start(tmp_path, {}, port=0)
+    assert "engine.log" in str(info.value)
+
+
+def test_home_engine_that_is_not_running_is_a_user_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("SESSIONIZE_SPARK_REMOTE", "home")
+    monkeypatch.setenv("SESSIONIZE_HOME", str(tmp_path))
+    with pytest.raises(UserError, match="no Spark engine answers"):
+        get_spark()
+
+
+def test_a_remote_session_gets_only_the_settings_a_client_may_change():
+    conf = session_conf({"spark.master": "local[2]", "spark.sql.shuffle.partitions": "5"})
+    assert conf["spark.sql.shuffle.partitions"] == "5"
+    assert conf["spark.sql.session.timeZone"] == "UTC"
+    assert "spark.databricks.delta.properties.defaults.enableDeletionVectors" in conf
+    for server_only in ("spark.master", "spark.sql.extensions", "spark.driver.memory"):
+        assert server_only not in conf
+    assert not any(k.startswith("spark.sql.catalog.") for k in conf)
