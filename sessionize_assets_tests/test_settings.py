@@ -1,4 +1,5 @@
 import datetime as dt
+import re
 
 import pytest
 
@@ -115,3 +116,27 @@ def test_now_is_injectable_and_utc():
     assert parse_now("2024-03-01T14:00:00+02:00") == dt.datetime(2024, 3, 1, 12, tzinfo=dt.UTC)
     with pytest.raises(SettingsError, match="--now"):
         parse_now("noon")
+
+
+@pytest.mark.parametrize(
+    ("spark", "needle"),
+    [
+        ({"spark.driver.memory": "lots"}, "`spark.spark.driver.memory` must be a size"),
+        (
+            {"spark.sql.shuffle.partitions": "many"},
+            "`spark.spark.sql.shuffle.partitions` must be a whole number",
+        ),
+        ({"spark.ui.enabled": "yes"}, "`spark.spark.ui.enabled` must be true or false"),
+        ({"driver.memory": "2g"}, "is not a Spark option"),
+    ],
+)
+def test_spark_options_a_jvm_would_refuse_are_named_before_spark_starts(spark, needle) -> None:
+    with pytest.raises(SettingsError, match=re.escape(needle)):
+        from_mapping({"spark": spark})
+    assert from_mapping({"spark": {"spark.driver.memory": "2g", "spark.master": "local[2]"}})
+
+
+def test_an_impossible_date_names_the_key(tmp_path) -> None:
+    (tmp_path / "sessionize.yaml").write_text("start_date: 2024-02-30\n")
+    with pytest.raises(SettingsError, match=r"`start_date` must be a date .* '2024-02-30'"):
+        load_settings(tmp_path)
