@@ -238,7 +238,7 @@ def _spark_submit() -> Path:
 
 def server_conf(spark_overrides: Mapping[str, str] | None, port: int) -> dict[str, str]:
     """The server's SparkConf: the embedded engine's (Delta, UTC, ...) plus the Connect binding."""
-    from sessionize_assets.resources.spark import spark_conf
+    from sessionize_assets.resources.spark_conf import spark_conf
 
     conf = spark_conf(spark_overrides)
     for key in _CLIENT_ONLY:
@@ -252,7 +252,7 @@ def server_conf(spark_overrides: Mapping[str, str] | None, port: int) -> dict[st
 
 
 def _command(spark_overrides: Mapping[str, str] | None, port: int) -> list[str]:
-    from sessionize_assets.resources.spark import spark_conf
+    from sessionize_assets.resources.spark_conf import spark_conf
 
     jars = spark_conf(spark_overrides)["spark.jars"]  # Delta jars first, then the user's
     command = [str(_spark_submit()), "--class", SERVER_CLASS, "--jars", jars]

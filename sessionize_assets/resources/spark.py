@@ -16,45 +16,7 @@ from dagster_pyspark import PySparkResource
 from pydantic import Field
 from pyspark.sql import SparkSession
 
-from sessionize_assets.jars import delta_jar_paths
-
-# Defaults for the embedded engine. Every key can be overridden by the `spark` setting, so the
-# same code runs on a cluster by configuration alone (`spark.master: spark://host:7077`).
-DEFAULT_SPARK_CONF: dict[str, str] = {
-    "spark.master": "local[*]",
-    "spark.app.name": "sessionize_assets",
-    "spark.sql.session.timeZone": "UTC",
-    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-    # Keep tables readable by delta-rs and other engines: no deletion vectors, no row tracking.
-    "spark.databricks.delta.properties.defaults.enableDeletionVectors": "false",
-    "spark.databricks.delta.properties.defaults.enableRowTracking": "false",
-    "spark.databricks.delta.schema.autoMerge.enabled": "false",
-    # Small data per run: few shuffle partitions, adaptive execution coalesces the rest.
-    "spark.sql.shuffle.partitions": "8",
-    "spark.sql.adaptive.enabled": "true",
-    "spark.databricks.delta.snapshotPartitions": "2",
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.driver.memory": "2g",
-    "spark.sql.sources.partitionOverwriteMode": "dynamic",
-    "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
-    "spark.sql.legacy.timeParserPolicy": "CORRECTED",
-}
-
-
-def spark_conf(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The effective Spark settings: defaults, the Delta jars, then the user's overrides."""
-    conf = dict(DEFAULT_SPARK_CONF)
-    jars = ",".join(str(p) for p in delta_jar_paths())
-    conf["spark.jars"] = jars
-    for key, value in (overrides or {}).items():
-        if key == "spark.jars" and value:
-            conf[key] = f"{jars},{value}"
-        else:
-            conf[key] = str(value)
-    return conf
-
+from sessionize_assets.resources.spark_conf import DEFAULT_SPARK_CONF, spark_conf
 
 REMOTE_SETTING = "spark.remote"
 REMOTE_ENV = ("SESSIONIZE_SPARK_REMOTE", "SPARK_REMOTE")
