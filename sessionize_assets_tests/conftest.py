@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -32,6 +33,19 @@ def home(tmp_path: Path) -> Path:
     path = tmp_path / "home"
     path.mkdir()
     return path
+
+
+@contextlib.contextmanager
+def preserved_environment():
+    """For fixtures wider than one test that call `cli.main`: the variables it exports are put
+    back afterwards (the per-test restore below snapshots the environment *after* wider fixtures
+    ran, so without this they would leak into every later test)."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @pytest.fixture(autouse=True)

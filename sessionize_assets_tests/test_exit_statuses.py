@@ -20,6 +20,7 @@ from sessionize_assets.generator import generate
 from sessionize_assets.home import Home
 from sessionize_assets.jars import jars_dir
 from sessionize_assets.resources.tables import FILTERED_EVENTS, SESSIONS
+from sessionize_assets_tests.conftest import preserved_environment
 
 START = dt.date(2024, 3, 1)
 
@@ -51,9 +52,10 @@ def two_days(spark, tmp_path_factory):
     generate(landing, start_date=START, days=3, events_per_day=200, seed=5)
     home = tmp_path_factory.mktemp("home")
     (home / "sessionize.yaml").write_text(f"start_date: {START}\n")
-    _load(home, landing, 1)
-    _load(home, landing, 2)
-    assert main(["--home", str(home), *_now(3), "run"]) == 0
+    with preserved_environment():
+        _load(home, landing, 1)
+        _load(home, landing, 2)
+        assert main(["--home", str(home), *_now(3), "run"]) == 0
     return home, landing
 
 

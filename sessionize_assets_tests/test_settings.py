@@ -139,4 +139,4 @@ def test_spark_options_a_jvm_would_refuse_are_named_before_spark_starts(spark, n
 def test_an_impossible_date_names_the_key(tmp_path) -> None:
     (tmp_path / "sessionize.yaml").write_text("start_date: 2024-02-30\n")
     with pytest.raises(SettingsError, match=r"`start_date` must be a date .* '2024-02-30'"):
-        load_settings(tmp_path)
+        load_settings(tmp_path, tmp_path / "sessionize.yaml")

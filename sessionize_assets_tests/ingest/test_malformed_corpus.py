@@ -12,6 +12,7 @@ import pytest
 from sessionize_assets.cli import main
 from sessionize_assets.home import Home
 from sessionize_assets.resources.tables import EVENTS, INVALID_EVENTS, LOAD_LOG
+from sessionize_assets_tests.conftest import preserved_environment
 
 HEADER = (
     "event_id,app_id,event_name,domain_userid,domain_sessionid,collector_tstamp,load_tstamp,note"
@@ -130,7 +131,8 @@ def loaded(spark, tmp_path_factory):
     corpus = _corpus()
     for name, (data, *_rest) in corpus.items():
         (folder / name).write_bytes(data)
-    code = main(["--home", str(home), "--now", NOW, "load", str(folder)])
+    with preserved_environment():
+        code = main(["--home", str(home), "--now", NOW, "load", str(folder)])
     assert code == 0
     return spark, Home(home), corpus, folder
 
