@@ -125,22 +125,9 @@ class OperatorActions:
             if s.status is ItemStatus.LOCKED and s.lock is not None and s.lock.run_id == run
         }
 
-        def abandon_for(lock: Record) -> Callable[[ItemState], Record | None]:
-            def build(current: ItemState) -> Record | None:
-                if current.lock is None or current.lock.record_id != lock.record_id:
-                    return None
-                return self._new_record(
-                    lock.item_id,
-                    RecordState.FAILED,
-                    OPERATOR,
-                    operator_run,
-                    previous=lock,
-                    payload={"reason": f"abandoned: {reason}", "abandoned_run_id": run},
-                )
-
-            return build
-
-        abandoned = self._append_many({i: abandon_for(r) for i, r in held.items()}) if held else {}
+        abandoned = self._abandon_locks(
+            held, OPERATOR, operator_run, lambda _lock: {"reason": f"abandoned: {reason}"}
+        )
         states = item_states(self.path, now=self.clock())
 
         def of_run(state: ItemState) -> bool:
@@ -155,24 +142,7 @@ class OperatorActions:
             if s.status is ItemStatus.FAIL_LOCKED and s.failure is not None and of_run(s)
         }
 
-        def resolve_for(failure: Record) -> Callable[[ItemState], Record | None]:
-            def build(current: ItemState) -> Record | None:
-                if current.failure is None or current.failure.record_id != failure.record_id:
-                    return None
-                return self._new_record(
-                    failure.item_id,
-                    RecordState.RESOLVED,
-                    OPERATOR,
-                    operator_run,
-                    previous=failure,
-                    payload={"reason": reason},
-                )
-
-            return build
-
-        resolved = (
-            self._append_many({i: resolve_for(r) for i, r in failed.items()}) if failed else {}
-        )
+        resolved = self._resolve_failures(failed, OPERATOR, operator_run, reason)
         return {
             item: ("lock abandoned and resolved" if item in abandoned else "failure resolved")
             for item in resolved
@@ -212,45 +182,67 @@ class OperatorActions:
         if not gone:
             return {}
 
-        def abandon_for(item: str, lock: Record, why: str) -> Callable[[ItemState], Record | None]:
+        healing = "sessionize (self-healing)"
+        failed = self._abandon_locks(
+            {item: lock for item, (lock, _why) in gone.items()},
+            healing,
+            run_id,
+            lambda lock: {"reason": f"lock abandoned automatically: {gone[lock.item_id][1]}"},
+        )
+        self._resolve_failures(
+            failed, healing, run_id, "abandoned lock released; the item is processed again"
+        )
+        healed = {item: gone[item][1] for item in failed}
+        for item, why in healed.items():
+            log.warning("processing manifest: %s: lock abandoned automatically (%s)", item, why)
+        return healed
+
+    def _abandon_locks(
+        self,
+        locks: Mapping[str, Record],
+        application: str,
+        run_id: str,
+        payload_for: Callable[[Record], dict[str, Any]],
+    ) -> dict[str, Record]:
+        """Failed records referring to each lock (with `abandoned_run_id`), in one commit; an
+        item whose lock moved meanwhile is left alone. The Failed records written, by item."""
+
+        def build_for(lock: Record) -> Callable[[ItemState], Record | None]:
             def build(current: ItemState) -> Record | None:
                 if current.lock is None or current.lock.record_id != lock.record_id:
                     return None  # someone else moved it meanwhile: leave it alone
                 return self._new_record(
-                    item,
+                    lock.item_id,
                     RecordState.FAILED,
-                    "sessionize (self-healing)",
+                    application,
                     run_id,
                     previous=lock,
-                    payload={
-                        "reason": f"lock abandoned automatically: {why}",
-                        "abandoned_run_id": lock.run_id,
-                    },
+                    payload={**payload_for(lock), "abandoned_run_id": lock.run_id},
                 )
 
             return build
 
-        failed = self._append_many(
-            {item: abandon_for(item, lock, why) for item, (lock, why) in gone.items()}
-        )
+        return self._append_many({i: build_for(r) for i, r in locks.items()}) if locks else {}
 
-        def resolve_for(failure: Record) -> Callable[[ItemState], Record | None]:
+    def _resolve_failures(
+        self, failures: Mapping[str, Record], application: str, run_id: str, reason: str
+    ) -> dict[str, Record]:
+        """Resolved records referring to each open failure, in one commit (an item whose
+        failure moved meanwhile is left alone). The Resolved records written, by item."""
+
+        def build_for(failure: Record) -> Callable[[ItemState], Record | None]:
             def build(current: ItemState) -> Record | None:
                 if current.failure is None or current.failure.record_id != failure.record_id:
                     return None
                 return self._new_record(
                     failure.item_id,
                     RecordState.RESOLVED,
-                    "sessionize (self-healing)",
+                    application,
                     run_id,
                     previous=failure,
-                    payload={"reason": "abandoned lock released; the item is processed again"},
+                    payload={"reason": reason},
                 )
 
             return build
 
-        self._append_many({item: resolve_for(record) for item, record in failed.items()})
-        healed = {item: gone[item][1] for item in failed}
-        for item, why in healed.items():
-            log.warning("processing manifest: %s: lock abandoned automatically (%s)", item, why)
-        return healed
+        return self._append_many({i: build_for(r) for i, r in failures.items()}) if failures else {}
