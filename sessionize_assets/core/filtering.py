@@ -32,6 +32,8 @@ DROP_REASONS: tuple[str, ...] = (DUPLICATE, APP_FILTER, EVENT_FILTER, BEFORE_STA
 
 # The tie-break of deduplication within a load day: the copy loaded first wins, then ...
 DEDUPE_ORDER: tuple[str, ...] = ("load_tstamp", "collector_tstamp", "dvce_created_tstamp", ROW_HASH)
+# Set on the rows whose event_id needs a decision: True when an earlier load day holds it.
+SEEN_BEFORE = "_seen_before"
 
 
 def lookback_load_days(load_day: dt.date, dedupe_lookback_days: int) -> list[dt.date]:
@@ -53,29 +55,42 @@ def mark_rows(
     loaded first: a row of load day L is a duplicate when `earlier_rows` has its `event_id` in a
     load day in [L - dedupe_lookback_days, L - 1]. Passing the processed load days themselves
     there too is fine (same-day copies are ranked, not matched). None: no earlier rows.
+
+    Narrow: the decision is made on keys. Only `(load_date, event_id)` pairs are shuffled to find
+    the ids that need a decision (copied within the load day, or seen in an earlier one); that
+    small key set is broadcast, and only the rows holding one of its ids are ranked by the
+    window. The other rows -- nearly all of them -- are kept as they are, without a full-width
+    shuffle (docs/benchmarks.md, "Narrow deduplication").
     """
-    order = [F.col(c).asc_nulls_last() for c in DEDUPE_ORDER if c in load_day_rows.columns]
-    rank = F.row_number().over(Window.partitionBy(LOAD_DATE, "event_id").orderBy(*order))
-    df = load_day_rows.withColumn("_copy", rank)
+    keys = load_day_rows.select(LOAD_DATE, "event_id")
+    copied = (
+        keys.groupBy(LOAD_DATE, "event_id")
+        .agg(F.count(F.lit(1)).alias("_n"))
+        .filter(F.col("_n") > 1)
+        .select(LOAD_DATE, "event_id", F.lit(False).alias(SEEN_BEFORE))
+    )
+    care = copied
     if earlier_rows is not None and dedupe_lookback_days > 0:
         seen = earlier_rows.select(F.col(LOAD_DATE).alias("_seen_load_date"), "event_id").distinct()
-        keys = df.select(LOAD_DATE, "event_id").distinct()
         matched = (
-            keys.join(seen, on="event_id")
+            keys.distinct()
+            .join(seen, on="event_id")
             .filter(
                 (F.col("_seen_load_date") < F.col(LOAD_DATE))
                 & (F.col("_seen_load_date") >= F.date_sub(F.col(LOAD_DATE), dedupe_lookback_days))
             )
-            .select(LOAD_DATE, "event_id")
-            .distinct()
-            .withColumn("_seen_before", F.lit(True))
+            .select(LOAD_DATE, "event_id", F.lit(True).alias(SEEN_BEFORE))
         )
-        df = df.join(matched, on=[LOAD_DATE, "event_id"], how="left")
-    else:
-        df = df.withColumn("_seen_before", F.lit(None).cast("boolean"))
-    df = df.withColumn(EVENT_DATE, F.to_date("derived_tstamp"))
+        care = copied.unionByName(matched)
+    care = care.groupBy(LOAD_DATE, "event_id").agg(F.max(SEEN_BEFORE).alias(SEEN_BEFORE))
+    flagged = load_day_rows.join(F.broadcast(care), on=[LOAD_DATE, "event_id"], how="left")
+    order = [F.col(c).asc_nulls_last() for c in DEDUPE_ORDER if c in load_day_rows.columns]
+    rank = F.row_number().over(Window.partitionBy(LOAD_DATE, "event_id").orderBy(*order))
+    ranked = flagged.filter(F.col(SEEN_BEFORE).isNotNull()).withColumn("_copy", rank)
+    single = flagged.filter(F.col(SEEN_BEFORE).isNull()).withColumn("_copy", F.lit(1))
+    df = single.unionByName(ranked).withColumn(EVENT_DATE, F.to_date("derived_tstamp"))
     reason = F.when(
-        F.coalesce(F.col("_seen_before"), F.lit(False)) | (F.col("_copy") > 1), F.lit(DUPLICATE)
+        F.coalesce(F.col(SEEN_BEFORE), F.lit(False)) | (F.col("_copy") > 1), F.lit(DUPLICATE)
     )
     if app_ids:
         reason = reason.when(

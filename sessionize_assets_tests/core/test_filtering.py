@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
+import random
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from sessionize_assets.core.filtering import (
     APP_FILTER,
     BEFORE_START_DATE,
+    DEDUPE_ORDER,
     DROP_REASON,
     DUPLICATE,
     EVENT_FILTER,
@@ -272,3 +275,94 @@ def test_duplicate_event_ids_finds_copies_within_the_lookback(spark) -> None:
         for r in duplicate_event_ids(frame, 3).collect()
     )
     assert got == [("near", 1, 4), ("same", 2, 2)]
+
+
+def reference_outcomes(
+    rows: list[dict[str, Any]], lookback: int, app_ids: list[str]
+) -> dict[tuple[str, str], str]:
+    """The rules of this module's docstring in plain Python: (event_id, row hash) -> outcome."""
+    out = {}
+    for r in rows:
+        day = r["load_date"]
+        earlier = any(
+            o["event_id"] == r["event_id"]
+            and day - dt.timedelta(days=lookback) <= o["load_date"] < day
+            for o in rows
+        )
+        same_day = [o for o in rows if o["load_date"] == day and o["event_id"] == r["event_id"]]
+        first = min(same_day, key=lambda o: tuple(o[c] for c in DEDUPE_ORDER))
+        if earlier or first is not r:
+            out[(r["event_id"], r["_row_hash"])] = DUPLICATE
+        elif r["app_id"] not in app_ids:
+            out[(r["event_id"], r["_row_hash"])] = APP_FILTER
+        else:
+            out[(r["event_id"], r["_row_hash"])] = "kept"
+    return out
+
+
+def random_history(seed: int, n: int = 300) -> list[dict[str, Any]]:
+    """Load days 03-01..03-06 with ~40% of event ids loaded more than once (same day or later)."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        eid = f"e{rng.randrange(int(n * 0.7))}"
+        loaded = dt.datetime(2024, 3, 1 + rng.randrange(6), rng.randrange(3), rng.randrange(2))
+        collector = loaded - dt.timedelta(minutes=rng.randrange(3))
+        rows.append(
+            event(
+                eid,
+                loaded.isoformat(),
+                collector=collector.isoformat(),
+                app=rng.choice(["web", "web", "web", "mobile"]),
+                row_hash=f"h{i:04d}",
+            )
+        )
+    return rows
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_marking_equals_the_rules_in_plain_python_on_random_histories(spark, seed: int) -> None:
+    rows = random_history(seed)
+    frame = events_frame(spark, rows)
+    got = outcomes(mark_rows(frame, frame, 2, app_ids=["web"]))
+    assert got == reference_outcomes(rows, 2, ["web"])
+    assert sum(v == DUPLICATE for v in got.values()) > 50  # the history does exercise the rules
+
+
+def shuffled_rows(df: DataFrame) -> list[tuple[int, int]]:
+    """(columns, records written) of every shuffle of `df`'s executed plan (run it first)."""
+    plan = df._jdf.queryExecution().executedPlan()
+    found = []
+
+    def walk(node: Any) -> None:
+        name = node.getClass().getSimpleName()
+        if name == "ShuffleExchangeExec":
+            found.append(
+                (node.output().size(), node.metrics().apply("shuffleRecordsWritten").value())
+            )
+        if name.endswith("QueryStageExec"):
+            walk(node.plan())
+        if name == "AdaptiveSparkPlanExec":
+            walk(node.finalPhysicalPlan())
+        children = node.children()
+        for i in range(children.size()):
+            walk(children.apply(i))
+
+    walk(plan)
+    return found
+
+
+def test_only_rows_whose_event_id_needs_a_decision_are_shuffled_at_full_width(spark) -> None:
+    # 1,000 rows; 50 ids copied twice within the day and 30 seen in an earlier load day.
+    today = [event(f"t{i}", "2024-03-10T01:00:00", row_hash=f"a{i}") for i in range(1000)]
+    today += [event(f"t{i}", "2024-03-10T02:00:00", row_hash=f"b{i}") for i in range(50)]
+    earlier = [event(f"t{i}", "2024-03-09T01:00:00") for i in range(900, 930)]
+    frame = events_frame(spark, today)
+    marked = mark_rows(frame, events_frame(spark, earlier), 3)
+    marked.write.format("noop").mode("overwrite").save()
+    width = len(frame.columns)
+    full_width = [records for columns, records in shuffled_rows(marked) if columns >= width]
+    narrow = [records for columns, records in shuffled_rows(marked) if columns < width]
+    # Only the copies of the 80 ids that need a decision: 50 * 2 + 30.
+    assert sum(full_width) == 130
+    assert narrow and max(narrow) <= len(today) + len(earlier)
