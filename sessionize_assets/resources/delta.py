@@ -221,6 +221,17 @@ def committed(write: Callable[[], None], attempts: int = 8) -> None:
             time.sleep(0.1 * (attempt + 1))
 
 
+def append_at_version(table: Any, data: pa.Table) -> None:
+    """Append `data` to the delta-rs `table` as exactly the version after the one it was loaded
+    at: a compare-and-swap on the whole table. Raises deltalake's `CommitFailedError` when any
+    writer (delta-rs or Spark) committed since -- no retry, the caller re-reads and decides."""
+    from deltalake import CommitProperties, write_deltalake
+
+    write_deltalake(
+        table, data, mode="append", commit_properties=CommitProperties(max_commit_retries=0)
+    )
+
+
 def replace_small(
     path: str,
     rows: Sequence[Mapping[str, Any]],

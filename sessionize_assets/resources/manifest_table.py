@@ -86,6 +86,13 @@ def is_commit_conflict(exc: BaseException) -> bool:
         kinds = ()
     if isinstance(exc, kinds):
         return True
+    try:  # delta-rs: another writer took the version a compare-and-swap append wanted
+        from deltalake.exceptions import CommitFailedError
+
+        if isinstance(exc, CommitFailedError):
+            return True
+    except ImportError:  # pragma: no cover - deltalake is a dependency
+        pass
     text = str(exc)
     return any(
         marker in text
@@ -154,10 +161,11 @@ def jsonable(payload: Mapping[str, Any]) -> dict[str, Any]:
     return {str(k): v for k, v in payload.items()}
 
 
-def records_by_item(path: str, items: Iterable[str]) -> dict[str, list[Record]]:
-    """The records of `items` (delta-rs, reading only their buckets), grouped by item."""
+def records_by_item(path_or_table: Any, items: Iterable[str]) -> dict[str, list[Record]]:
+    """The records of `items` (delta-rs, reading only their buckets), grouped by item; from the
+    table at `path_or_table`'s latest version, or from an opened `DeltaTable` at its version."""
     wanted = sorted(set(items))
-    table = open_table(path)
+    table = open_table(path_or_table) if isinstance(path_or_table, str) else path_or_table
     if table is None or not wanted:
         return {}
     buckets = sorted({str(item_bucket(i)) for i in wanted})

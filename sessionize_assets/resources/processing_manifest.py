@@ -1,27 +1,23 @@
 """The processing manifest: an append-only Delta table of records, with locks that are real.
 
-Writers (Spark) add records through one path, `_append_many` (`_append` for one item): read the
-items' records, derive each item's state (`core.manifest_state`), build its next record (or
-refuse), then commit them all with one **insert-only MERGE** whose condition reads the items'
-records:
+Writers add records through one path, `_append_many` (`_append` for one item): open the table at
+its latest version V and read the items' records there (delta-rs), derive each item's state
+(`core.manifest_state`), build its next record (or refuse), then append them all as version
+V + 1 -- and only as V + 1 (`resources.delta.append_at_version`: delta-rs with no commit
+retry, so the put-if-absent of V + 1's log file is the compare-and-swap). When any writer
+(another run, an operator, Spark's OPTIMIZE) committed first, the append fails, and the writer
+reads again, derives the states again and either retries (the other commit did not change what
+it may do) or fails with `ItemLockedError` naming the item and the holder's run. There is no
+check followed by a blind append anywhere.
 
-    MERGE INTO manifest t USING (the new records + the ids of the records each was built on) s
-    ON t.item_bucket IN (<buckets>) AND t.item_id IN (<items>)
-       AND t.item_bucket = s.item_bucket AND t.item_id = s.item_id
-       AND NOT array_contains(s.seen, t.record_id)
-    WHEN NOT MATCHED THEN INSERT ...
+The swap is on the whole table, not on an item's partition: simpler and stricter than a MERGE
+whose condition reads the item's records (sessions 1-7 did that with Spark: 3.5 s and ~7 Spark
+jobs per record commit, 43% of an incremental run's Spark time; delta-rs does it in
+milliseconds without Spark). Writers of unrelated items retry more often, but a manifest commit
+is milliseconds long and a run makes a handful of them.
 
-The insert happens only if the item has no record the writer did not see (a compare-and-swap on
-the item's history), and because the MERGE *reads* the item's partition, Delta's optimistic
-concurrency rejects it (ConcurrentAppendException) when another writer committed a record to
-that partition after our snapshot. On a conflict or a missed swap the writer re-reads, derives
-the state again and either retries (the other record was for another item, or did not change
-what we may do) or fails with `ItemLockedError` naming the item and the holder's run. There is
-no check followed by a blind append anywhere.
-
-The table is partitioned by `item_bucket` (crc32 of the item id modulo `BUCKETS`): Delta's
-conflict detection works on partitions, so writers of items in different buckets never conflict,
-and readers of one item (delta-rs or Spark) prune to one bucket. `delta.appendOnly` is on; no
+The table is partitioned by `item_bucket` (crc32 of the item id modulo `BUCKETS`): readers of
+one item (delta-rs or Spark) prune to one bucket. `delta.appendOnly` is on; no
 deletion vectors or other features delta-rs cannot read.
 
 Readers without Spark (sensors, `sessionize status`): `read_records`, `item_states`,
@@ -39,7 +35,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sessionize_assets.core.clock import to_micros, utc_now
+import pyarrow as pa
+
+from sessionize_assets.core.clock import utc_now
 from sessionize_assets.core.manifest_state import (
     LOCKABLE,
     ItemState,
@@ -48,7 +46,7 @@ from sessionize_assets.core.manifest_state import (
     derive_item_state,
 )
 from sessionize_assets.errors import ItemLockedError
-from sessionize_assets.resources.delta import create_table, exists, merge_into, optimize, quoted
+from sessionize_assets.resources.delta import append_at_version, create_table, exists, optimize
 from sessionize_assets.resources.manifest_operator import OperatorActions
 from sessionize_assets.resources.manifest_table import (  # the manifest's public names, here too
     BUCKETS,
@@ -82,7 +80,6 @@ __all__ = [
     "LockLostError",
     "ManifestConflictError",
     "ManifestStateError",
-    "PartialAppendError",
     "ProcessingManifest",
     "asset_item",
     "is_commit_conflict",
@@ -122,6 +119,40 @@ def _spark_schema():  # noqa: ANN202 - pyspark types are imported lazily
     )
 
 
+def _arrow_records(records: Iterable[Record]) -> pa.Table:
+    """Records as rows of the table (the schema Spark created it with)."""
+    schema = pa.schema(
+        [
+            pa.field("record_id", pa.string(), False),
+            pa.field("item_id", pa.string(), False),
+            pa.field("application", pa.string(), False),
+            pa.field("state", pa.string(), False),
+            pa.field("run_id", pa.string(), False),
+            pa.field("previous_record_id", pa.string(), True),
+            pa.field("payload", pa.string(), True),
+            pa.field("time", pa.timestamp("us", tz="UTC"), False),
+            pa.field("item_bucket", pa.int32(), False),
+        ]
+    )
+    return pa.Table.from_pylist(
+        [
+            {
+                "record_id": r.record_id,
+                "item_id": r.item_id,
+                "application": r.application,
+                "state": r.state.value,
+                "run_id": r.run_id,
+                "previous_record_id": r.previous_record_id,
+                "payload": r.payload_json,
+                "time": r.time,
+                "item_bucket": item_bucket(r.item_id),
+            }
+            for r in records
+        ],
+        schema=schema,
+    )
+
+
 class ProcessingManifest(OperatorActions):
     """Writes to the processing manifest at `path` with Spark; see the module docstring.
 
@@ -144,8 +175,7 @@ class ProcessingManifest(OperatorActions):
         # The status of a Dagster run by id (None when unknown): lets `heal` see dead holders.
         self.run_status = run_status or (lambda _run_id: None)
         self.max_attempts = max_attempts
-        self.conflicts = 0  # Delta commit conflicts met so far (retried)
-        self.missed_swaps = 0  # MERGEs that inserted nothing because the item had changed
+        self.conflicts = 0  # commits another writer beat so far (retried)
         self._ready = False
 
     # ------------------------------------------------------------------ table
@@ -206,14 +236,16 @@ class ProcessingManifest(OperatorActions):
 
     # ------------------------------------------------------------------ the one write path
 
-    def _read_items(self, items: Iterable[str]) -> dict[str, list[Record]]:
-        """The records of `items` (delta-rs), by item: one item through `records`, several
-        through one read of their buckets."""
-        wanted = sorted(set(items))
-        if len(wanted) == 1:
-            return {wanted[0]: self.records(wanted[0])}
+    def _snapshot(self, items: Iterable[str]) -> tuple[Any, dict[str, list[Record]]]:
+        """The table at its latest version (delta-rs) and the records of `items` in it, by item.
+        A write built from them is committed as the very next version or not at all."""
         self.ensure_table()
-        return _records_by_item(self.path, wanted)
+        table = open_table(self.path)
+        return table, _records_by_item(table, items)
+
+    def _read_items(self, items: Iterable[str]) -> dict[str, list[Record]]:
+        """The records of `items` (delta-rs, one read of their buckets), by item."""
+        return self._snapshot(items)[1]
 
     def records_of(self, items: Iterable[str]) -> dict[str, list[Record]]:
         """The records of `items` (delta-rs), by item; items without records are left out."""
@@ -223,93 +255,41 @@ class ProcessingManifest(OperatorActions):
         """Derive the item's state, build the next record from it and commit it conditionally.
 
         `build` raises when the record is illegal in that state, or returns None when there is
-        nothing to write. Retries on Delta conflicts and on missed swaps, re-deriving each time.
+        nothing to write. Retries when another writer committed first, re-deriving each time.
         """
         return self._append_many({item: build}).get(item)
 
     def _append_many(
         self, builds: Mapping[str, Callable[[ItemState], Record | None]]
     ) -> dict[str, Record]:
-        """The one write path: records for one or more items in one MERGE (one Delta commit).
+        """The one write path: records for one or more items in one Delta commit.
 
-        Every record is built from one read of the items' records (`build` returns None when
+        Every record is built from one snapshot of the items' records (`build` returns None when
         there is nothing to write for its item); a refusal (`build` raising) writes nothing. The
-        MERGE inserts a record only where its item has no record the writer did not see; items
-        whose swap missed are built again from a fresh read and retried, and Delta conflicts are
-        retried with back-off. When a retry is refused after some records were written,
-        `PartialAppendError` carries them. Returns the records written, by item.
+        records are appended as the version right after that snapshot's, or not at all: when
+        any writer committed in between, the items are read again, built again and retried with
+        back-off. Returns the records written, by item.
         """
-        from pyspark.sql import types as T
-
-        self.ensure_table()
-        written: dict[str, Record] = {}
-        pending = dict(builds)
         for attempt in range(self.max_attempts):
-            if not pending:
-                return written
-            seen_by_item = self._read_items(pending)
+            table, seen_by_item = self._snapshot(builds)
             now = self.clock()
             records: dict[str, Record] = {}
-            try:
-                for item, build in list(pending.items()):
-                    seen = seen_by_item.get(item, [])
-                    record = build(derive_item_state(seen, now, item_id=item))
-                    if record is None:  # nothing to write for this item
-                        pending.pop(item)
-                        continue
-                    # Keep times strictly increasing per item: the fold's order is commit order.
-                    latest = max((r.time for r in seen), default=None)
-                    if latest is not None and record.time <= latest:
-                        record = Record(**{**record.__dict__, "time": latest + _ONE_MICROSECOND})
-                    records[item] = record
-            except Exception as exc:
-                if written:
-                    raise PartialAppendError(written, exc) from exc
-                raise
+            for item, build in builds.items():
+                seen = seen_by_item.get(item, [])
+                record = build(derive_item_state(seen, now, item_id=item))
+                if record is None:  # nothing to write for this item
+                    continue
+                # Keep times strictly increasing per item: the fold's order is commit order.
+                latest = max((r.time for r in seen), default=None)
+                if latest is not None and record.time <= latest:
+                    record = Record(**{**record.__dict__, "time": latest + _ONE_MICROSECOND})
+                records[item] = record
             if not records:
-                return written
-            source_schema = T.StructType(
-                [f for f in _spark_schema().fields if f.name != "time"]
-                + [
-                    T.StructField("micros", T.LongType(), False),
-                    T.StructField("seen", T.ArrayType(T.StringType(), False), False),
-                ]
-            )
-            source = self.spark.createDataFrame(
-                [
-                    (
-                        r.record_id,
-                        r.item_id,
-                        r.application,
-                        r.state.value,
-                        r.run_id,
-                        r.previous_record_id,
-                        r.payload_json,
-                        item_bucket(item),
-                        to_micros(r.time),
-                        [x.record_id for x in seen_by_item.get(item, [])],
-                    )
-                    for item, r in records.items()
-                ],
-                source_schema,
-            )
-            buckets = sorted({item_bucket(item) for item in records})
-            insert_columns = [c for c in COLUMNS if c != "time"]
-            statement = (
-                f"ON t.item_bucket IN ({', '.join(str(b) for b in buckets)}) "
-                f"AND t.item_id IN ({', '.join(quoted(i) for i in sorted(records))}) "
-                "AND t.item_bucket = s.item_bucket AND t.item_id = s.item_id "
-                "AND NOT array_contains(s.seen, t.record_id) "
-                f"WHEN NOT MATCHED THEN INSERT ({', '.join(insert_columns)}, time) "
-                f"VALUES ({', '.join(f's.{c}' for c in insert_columns)}, "
-                "timestamp_micros(s.micros))"
-            )
+                return {}
             try:
-                result = merge_into(self.spark, self.path, source, statement)
+                append_at_version(table, _arrow_records(records.values()))
             except Exception as exc:
                 if not is_commit_conflict(exc):
-                    if written:
-                        raise PartialAppendError(written, exc) from exc
                     raise
                 self.conflicts += 1
                 log.debug(
@@ -317,27 +297,11 @@ class ProcessingManifest(OperatorActions):
                 )
                 time.sleep(min(1.0, 0.02 * 2 ** min(attempt, 5)) * (0.5 + random.random()))
                 continue
-            inserted = result["num_inserted_rows"]
-            if inserted == len(records):
-                written.update(records)
-                return written
-            # Some items gained a record between our read and the MERGE's snapshot: keep the
-            # records that landed, build the others again.
-            self.missed_swaps += len(records) - inserted
-            if inserted == 0:
-                continue
-            landed = self._read_items(records)
-            for item, record in records.items():
-                if any(r.record_id == record.record_id for r in landed.get(item, [])):
-                    written[item] = record
-                    pending.pop(item)
-        error = ManifestConflictError(
-            f"Could not write a record for item(s) {', '.join(sorted(pending))} after "
-            f"{self.max_attempts} attempts: other writers kept changing their manifest partitions."
+            return records
+        raise ManifestConflictError(
+            f"Could not write a record for item(s) {', '.join(sorted(builds))} after "
+            f"{self.max_attempts} attempts: other writers kept committing to the manifest first."
         )
-        if written:
-            raise PartialAppendError(written, error) from error
-        raise error
 
     def _new_record(
         self,
@@ -475,34 +439,7 @@ class ProcessingManifest(OperatorActions):
 
             return build
 
-        try:
-            return self._append_many({item: build_for(item) for item in items})
-        except PartialAppendError as partial:
-            # A concurrent writer took one of the items between our read and a retry. Nothing was
-            # processed: release what we hold (Failed with the reason, then Resolved by this run)
-            # so the items are free again, and refuse like a lock that was never taken.
-            reason = f"released unprocessed: {type(partial.error).__name__}: {partial.error}"
-            failed = self.close_many(
-                partial.written,
-                RecordState.FAILED,
-                {i: {"reason": reason} for i in partial.written},
-            )
-            self._append_many(
-                {
-                    item: (
-                        lambda _current, f=record: self._new_record(
-                            f.item_id,
-                            RecordState.RESOLVED,
-                            application,
-                            run_id,
-                            previous=f,
-                            payload={"reason": reason},
-                        )
-                    )
-                    for item, record in failed.items()
-                }
-            )
-            raise partial.error from None
+        return self._append_many({item: build_for(item) for item in items})
 
     def close_many(
         self,
@@ -532,10 +469,7 @@ class ProcessingManifest(OperatorActions):
 
             return build
 
-        try:
-            return self._append_many({item: build_for(r) for item, r in locks.items()})
-        except PartialAppendError as partial:
-            raise partial.error from None
+        return self._append_many({item: build_for(r) for item, r in locks.items()})
 
     @contextmanager
     def processing_many(
@@ -566,15 +500,6 @@ class ProcessingManifest(OperatorActions):
             RecordState.PROCESSED,
             {item: jsonable(result) for item, result in zip(items, results, strict=True)},
         )
-
-
-class PartialAppendError(Exception):
-    """A batched append wrote the records in `written`, then failed with `error`."""
-
-    def __init__(self, written: dict[str, Record], error: BaseException) -> None:
-        super().__init__(str(error))
-        self.written = written
-        self.error = error
 
 
 # ---------------------------------------------------------------------- readers (delta-rs)

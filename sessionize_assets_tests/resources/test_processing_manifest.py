@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from sessionize_assets.core.cursor import CursorConfig, CursorState, run_slices
-from sessionize_assets.core.manifest_state import ItemStatus, Record, RecordState
+from sessionize_assets.core.manifest_state import ItemStatus, RecordState
 from sessionize_assets.errors import ItemLockedError, UserError
 from sessionize_assets.resources.cursor_store import (
     CursorCheckpointStore,
@@ -181,29 +181,48 @@ def test_processing_context_fails_with_the_exception_text_and_reraises(manifest)
 
 
 class StaleReader(ProcessingManifest):
-    """A writer whose first read misses the latest records (a lagging snapshot)."""
+    """A writer whose first snapshot lags the table by one version (another writer committed
+    between its read and its append)."""
 
-    def __init__(self, *args, stale: list[Record], **kwargs) -> None:
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.stale = list(stale)
         self.reads = 0
 
-    def records(self, item: str) -> list[Record]:
+    def _snapshot(self, items):
+        from sessionize_assets.resources.manifest_table import open_table, records_by_item
+
         self.reads += 1
-        if self.reads == 1:
-            return list(self.stale)
-        return super().records(item)
+        if self.reads > 1:
+            return super()._snapshot(items)
+        table = open_table(self.path)
+        table.load_as_version(table.version() - 1)
+        return table, records_by_item(table, items)
 
 
 def test_a_stale_read_cannot_append_past_the_item_history(manifest, spark, clock):
-    """The lock is a conditional MERGE, not a check followed by a blind append."""
+    """The lock is an append at exactly the next version, not a check then a blind append."""
     manifest.lock(ITEM, "a", "run-1")
-    stale = StaleReader(spark, manifest.path, clock=clock, stale=[])
+    stale = StaleReader(spark, manifest.path, clock=clock)
     with pytest.raises(ItemLockedError, match="run-1"):
         stale.lock(ITEM, "a", "run-2")
-    assert stale.missed_swaps == 1 and stale.reads == 2
+    assert stale.conflicts == 1 and stale.reads == 2
     state = item_state(manifest.path, ITEM)
     assert state.status is ItemStatus.LOCKED and len(state.records) == 1
+
+
+def test_a_stale_batch_writes_nothing_and_the_retry_is_refused(manifest, spark, clock):
+    """The first snapshot misses run-1's lock on one item of the batch: the append is refused
+    as a whole (no record for the free item either), and the retry sees run-1 and refuses."""
+    manifest.lock(DAYS[0], "warm", "run-0")
+    manifest.lock(DAYS[1], "a", "run-1")
+    before = _version(manifest.path)
+    stale = StaleReader(spark, manifest.path, clock=clock)
+    with pytest.raises(ItemLockedError, match="run-1"):
+        stale.lock_many(DAYS[2:4] + DAYS[1:2], "b", "run-2")
+    assert stale.conflicts == 1
+    assert _version(manifest.path) == before
+    assert not item_state(manifest.path, DAYS[2]).records
+    stale.lock_many(DAYS[2:4], "c", "run-3")  # the free items were never taken
 
 
 def test_concurrent_threads_exactly_one_lock_wins(manifest, spark, clock):
@@ -371,36 +390,6 @@ def test_processing_many_fails_every_item_with_the_error(manifest):
     assert first.status is ItemStatus.FAIL_LOCKED and second.status is ItemStatus.FAIL_LOCKED
     assert first.reason == second.reason == "RuntimeError: disk full"
     assert first.failure.payload["rows"] == 7
-
-
-def test_a_partial_batch_after_a_stale_read_releases_what_it_took(manifest, monkeypatch):
-    """The first read misses run-1's lock on one item: the MERGE inserts only the free item's
-    record (a missed swap), the retry is refused, and the free item is released, not kept."""
-    from sessionize_assets.resources import processing_manifest as pm
-
-    manifest.lock(DAYS[1], "a", "run-1")
-    real = pm._records_by_item
-    reads = {"n": 0}
-
-    def stale_first(path, items):
-        reads["n"] += 1
-        return {} if reads["n"] == 1 else real(path, items)
-
-    monkeypatch.setattr(pm, "_records_by_item", stale_first)
-    with pytest.raises(ItemLockedError, match="run-1"):
-        manifest.lock_many(DAYS[:2], "b", "run-2")
-    assert manifest.missed_swaps == 1
-    held = item_state(manifest.path, DAYS[1])
-    assert held.status is ItemStatus.LOCKED and held.holder_run_id == "run-1"
-    assert len(held.records) == 1
-    released = item_state(manifest.path, DAYS[0])
-    assert [r.state for r in released.records] == [
-        RecordState.PROCESSING,
-        RecordState.FAILED,
-        RecordState.RESOLVED,
-    ]
-    assert released.status is ItemStatus.FREE
-    manifest.lock(DAYS[0], "c", "run-3")  # free again
 
 
 def test_concurrent_batches_one_run_holds_every_item(manifest, spark, clock):
