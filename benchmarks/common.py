@@ -18,8 +18,9 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # 2: histories[].trash_and_rebuild (seed 002's baseline); 3: parameters.profile and
 # data.profile (the generator's profile), per measurement `delta_commits_by_table` and
-# `by_branch.*.spark_jobs`
-SCHEMA_VERSION = 3
+# `by_branch.*.spark_jobs`; 4: parameters.engine (off | warm) and per measurement `engine` (the
+# warm engine's start seconds, pid, lifetime peak RSS; null when off)
+SCHEMA_VERSION = 4
 
 # Spark settings every measurement adds: an uncompressed, unrolled JSON event log per measurement.
 EVENT_LOG_CONF = {
@@ -112,6 +113,7 @@ def run_measurement(
     landing_root: Path | None,
     timeout_s: float | None = None,
     env: Mapping[str, str] | None = None,
+    engine_event_log_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Run `python -m benchmarks.measure` for the steps in a fresh process; its JSON result, plus
     the process's wall time as seen from here."""
@@ -139,6 +141,9 @@ def run_measurement(
     ]
     if landing_root is not None:
         command += ["--landing-root", str(landing_root)]
+    if engine_event_log_dir is not None:
+        engine_event_log_dir.mkdir(parents=True, exist_ok=True)
+        command += ["--engine-event-log-dir", str(engine_event_log_dir)]
     child_env = os.environ.copy()
     child_env["PYTHONPATH"] = os.pathsep.join(
         [str(REPO_ROOT), *[p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p]]
@@ -334,6 +339,7 @@ def summarize_measurement(raw: Mapping[str, Any]) -> dict[str, Any]:
         or next((s.get("error") for s in raw.get("steps", ()) if s.get("error")), None),
         "wall_s": raw.get("command_wall_s"),
         "process_wall_s": raw.get("process_wall_s"),
+        "engine": raw.get("engine"),
         "steps": [
             {k: s.get(k) for k in ("label", "wall_s", "exit_code", "error")}
             for s in raw.get("steps", ())

@@ -183,11 +183,17 @@ def parse_event_log(
     tables_root: str | None = None,
     landing_root: str | None = None,
     windows: Sequence[Window] = (),
+    span: tuple[float, float] | None = None,
 ) -> EventLogSummary:
     """Summarize an event log's lines. `windows` attribute SQL executions (by start time) and
     jobs (by submission time) to the step or Dagster run they ran in (the innermost window wins;
-    none: `outside`)."""
+    none: `outside`). `span` (epoch seconds, from, to) keeps only the executions, jobs, stages
+    and tasks that started inside it: one measurement's share of a long-lived engine's log."""
     summary = EventLogSummary()
+
+    def inside(time_ms: Any) -> bool:
+        return span is None or span[0] <= _number(time_ms) / 1000.0 <= span[1]
+
     # accumulator id -> (execution id, source, metric)
     accumulators: dict[int, tuple[int, str, str]] = {}
     scan_nodes: dict[tuple[int, str, str], int] = {}
@@ -220,31 +226,46 @@ def parse_event_log(
         line = line.strip()
         if not line:
             continue
-        event = json.loads(line)
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            if span is None:
+                raise
+            continue  # a running engine's log may end in a line being written
         kind = event.get("Event")
         if kind == "SparkListenerApplicationStart":
             summary.app_start_ms = event.get("Timestamp")
         elif kind == "SparkListenerApplicationEnd":
             summary.app_end_ms = event.get("Timestamp")
         elif kind == SQL_START:
+            if not inside(event.get("time")):
+                continue
             summary.sql_executions += 1
             execution = int(event["executionId"])
             label = _window_of(event.get("time", 0) / 1000.0, windows)
             execution_window[execution] = label or "outside"
             register_plan(execution, event.get("sparkPlanInfo") or {})
         elif kind == SQL_AQE:
+            if int(event["executionId"]) not in execution_window:
+                continue  # an execution outside the span
             register_plan(int(event["executionId"]), event.get("sparkPlanInfo") or {})
         elif kind == DRIVER_ACCUM:
             for accumulator, value in event.get("accumUpdates", ()):
                 values[int(accumulator)] += _number(value)
         elif kind == "SparkListenerJobStart":
+            if not inside(event.get("Submission Time")):
+                continue
             summary.jobs += 1
             label = _window_of(_number(event.get("Submission Time")) / 1000.0, windows)
             label = label or "outside"
             summary.jobs_by_window[label] = summary.jobs_by_window.get(label, 0) + 1
         elif kind == "SparkListenerStageCompleted":
+            if not inside((event.get("Stage Info") or {}).get("Submission Time")):
+                continue
             summary.stages += 1
         elif kind == "SparkListenerTaskEnd":
+            if not inside((event.get("Task Info") or {}).get("Launch Time")):
+                continue
             summary.tasks += 1
             reason = (event.get("Task End Reason") or {}).get("Reason")
             if reason not in (None, "Success"):
@@ -317,13 +338,15 @@ def parse_event_log_dir(
     tables_root: str | None = None,
     landing_root: str | None = None,
     windows: Sequence[Window] = (),
+    span: tuple[float, float] | None = None,
 ) -> EventLogSummary:
-    """Parse every application log in `directory` (one per Spark application) and merge them."""
+    """Parse every application log in `directory` (one per Spark application) and merge them;
+    `span` as in `parse_event_log`."""
     logs = find_event_logs(directory)
     if not logs:
         raise FileNotFoundError(f"no Spark event log in {directory}")
     parts = []
     for path in logs:
         with path.open(encoding="utf-8") as handle:
-            parts.append(parse_event_log(handle, tables_root, landing_root, windows))
+            parts.append(parse_event_log(handle, tables_root, landing_root, windows, span))
     return merge_summaries(parts)

@@ -7,7 +7,11 @@ process's Spark application wrote), Delta's commit metrics, and the driver's pea
                   {"label": "run", "now": "2024-03-06T00:30:00", "argv": ["run"]}]'
 
 A fresh process per measurement gives a fresh Spark session (which picks up the settings file's
-`spark.eventLog.dir`) and clean peak-memory numbers. The JSON is written to `--out` and printed as
+`spark.eventLog.dir`) and clean peak-memory numbers. With `--engine-event-log-dir DIR` the
+commands run on the home's warm engine instead (started first if it is not running, writing its
+event log to DIR; its start is timed apart, `engine_start_s`, and not in `command_wall_s`): the
+engine's CPU and memory are sampled with this process's, and only the engine's Spark events
+inside this measurement's commands are counted. The JSON is written to `--out` and printed as
 the last line of stdout.
 """
 
@@ -43,12 +47,26 @@ def proportional_set_size(process: psutil.Process) -> int:
     return process.memory_info().rss
 
 
+def family(me: psutil.Process, roots: Sequence[psutil.Process] = ()) -> list[psutil.Process]:
+    """This process's descendants, plus each of `roots` and its descendants, each process once
+    (an engine this process started is also its child)."""
+    out = {p.pid: p for p in me.children(recursive=True)}
+    for root in roots:
+        try:
+            out |= {p.pid: p for p in [root, *root.children(recursive=True)]}
+        except psutil.Error:
+            continue
+    return list(out.values())
+
+
 @dataclass
 class MemorySampler:
     """Samples the memory (PSS) of this process and its descendants (the Spark driver JVM, Python
     workers) and keeps the peaks."""
 
     interval_s: float = 0.2
+    # Other processes to count with this one's descendants (a warm engine and its children).
+    roots: list[psutil.Process] = field(default_factory=list)
     peak_total: int = 0
     peak_python: int = 0
     peak_jvm: int = 0
@@ -60,7 +78,7 @@ class MemorySampler:
         me = psutil.Process()
         python = proportional_set_size(me)
         jvm = other = 0
-        for child in me.children(recursive=True):
+        for child in family(me, self.roots):
             try:
                 size = proportional_set_size(child)
                 if "java" in child.name():
@@ -114,13 +132,25 @@ def high_water_marks() -> dict[str, int]:
     return out
 
 
-def cpu_seconds() -> dict[str, float]:
+def hwm_of(processes: Sequence[psutil.Process]) -> int:
+    """Peak RSS (VmHWM) over the processes' lifetimes, summed (a warm engine's since its start)."""
+    total = 0
+    for process in processes:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            for line in Path(f"/proc/{process.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    total += int(line.split()[1]) * 1024
+    return total
+
+
+def cpu_seconds(roots: Sequence[psutil.Process] = ()) -> dict[str, float]:
     """CPU time (user + system) of this process and its live descendants (in local mode the
-    JVM's includes every Spark task: robust to other load on the machine, unlike wall time)."""
+    JVM's includes every Spark task: robust to other load on the machine, unlike wall time),
+    and of `roots` (a warm engine) and theirs."""
     me = psutil.Process()
     times = me.cpu_times()
     out = {"python": times.user + times.system, "jvm": 0.0, "other": 0.0}
-    for child in me.children(recursive=True):
+    for child in family(me, roots):
         try:
             t = child.cpu_times()
             kind = "jvm" if "java" in child.name() else "other"
@@ -250,6 +280,20 @@ def run_steps(
     return out
 
 
+def start_engine(home: str, config: str, event_log_dir: Path) -> tuple[psutil.Process, float]:
+    """The home's warm engine, started (writing its event log to `event_log_dir`) unless it runs
+    already, and this process pointed at it: (its process, seconds spent starting it)."""
+    from sessionize_assets.resources import engine
+    from sessionize_assets.settings import load_settings
+
+    settings = load_settings(Path(home).resolve(), config)
+    conf = dict(settings.spark) | {"spark.eventLog.dir": str(event_log_dir)}
+    started = time.time()
+    info = engine.start(Path(home), conf, port=0)
+    os.environ["SESSIONIZE_SPARK_REMOTE"] = info.url
+    return psutil.Process(info.pid), 0.0 if info.reused else round(time.time() - started, 3)
+
+
 def measure(
     home: str,
     config: str,
@@ -257,26 +301,36 @@ def measure(
     event_log_dir: Path,
     landing_root: str | None,
     quiet: bool = True,
+    engine_event_log_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Run the steps and collect every metric (see the module docstring)."""
     from benchmarks import deltastats, eventlog
     from sessionize_assets.home import Home
 
     warehouse = Home(Path(home)).warehouse
+    engine_start_s = None
+    roots: list[psutil.Process] = []
+    if engine_event_log_dir is not None:
+        engine_process, engine_start_s = start_engine(home, config, engine_event_log_dir)
+        roots = [engine_process]
+        event_log_dir = engine_event_log_dir
     versions_before = deltastats.table_versions(Path(warehouse))
     load_before = os.getloadavg()
-    cpu_before = cpu_seconds()
-    sampler = MemorySampler()
+    cpu_before = cpu_seconds(roots)
+    sampler = MemorySampler(roots=roots)
     sampler.start()
+    commands_started = time.time()
     try:
         step_results = run_steps(home, config, steps, quiet)
     finally:
         sampler.stop()
     commands_done = time.time()
     hwm = high_water_marks()
-    cpu_after = cpu_seconds()
+    cpu_after = cpu_seconds(roots)
     runs = dagster_run_windows(PROCESS_STARTED)
     stop_spark()
+    if roots:
+        time.sleep(2.0)  # the engine's listener bus writes the last events a moment later
     stopped = time.time()
 
     windows = [eventlog.Window(s["label"], s["start"], s["end"]) for s in step_results]
@@ -286,7 +340,13 @@ def measure(
                 eventlog.Window("run:" + ",".join(run["assets"]), run["start"], run["end"])
             )
     try:
-        spark = eventlog.parse_event_log_dir(event_log_dir, warehouse, landing_root, windows)
+        spark = eventlog.parse_event_log_dir(
+            event_log_dir,
+            warehouse,
+            landing_root,
+            windows,
+            span=(commands_started, commands_done) if roots else None,
+        )
         spark_json: dict[str, Any] | None = spark.to_json()
         spark_start_s = (
             round(spark.app_start_ms / 1000.0 - PROCESS_STARTED, 3) if spark.app_start_ms else None
@@ -305,7 +365,10 @@ def measure(
             if failed_runs
             else None
         ),
-        "command_wall_s": round(commands_done - PROCESS_STARTED, 3),
+        "command_wall_s": round(commands_done - PROCESS_STARTED - (engine_start_s or 0.0), 3),
+        "engine": None
+        if not roots
+        else {"start_s": engine_start_s, "pid": roots[0].pid, "hwm_bytes_lifetime": hwm_of(roots)},
         "steps_wall_s": round(sum(s["wall_s"] for s in step_results), 3),
         "spark_stop_s": round(stopped - commands_done, 3),
         "spark_app_started_after_s": spark_start_s,
@@ -317,7 +380,10 @@ def measure(
             "hwm_bytes": hwm,
         },
         "cpu_s": {
-            k: round(cpu_after.get(k, 0.0) - (cpu_before.get(k, 0.0) if k == "python" else 0.0), 3)
+            k: round(
+                cpu_after.get(k, 0.0) - (cpu_before.get(k, 0.0) if k == "python" or roots else 0.0),
+                3,
+            )
             for k in ("python", "jvm", "other")
         },
         "loadavg_before": list(load_before),
@@ -337,6 +403,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", required=True, help="JSON list of {label, now, argv}")
     parser.add_argument("--out", required=True)
     parser.add_argument("--verbose", action="store_true", help="let the commands print")
+    parser.add_argument(
+        "--engine-event-log-dir",
+        default=None,
+        help="run on the home's warm engine (started if needed, its event log written here)",
+    )
     args = parser.parse_args(argv)
     Path(args.event_log_dir).mkdir(parents=True, exist_ok=True)
     result = measure(
@@ -346,6 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         Path(args.event_log_dir),
         args.landing_root,
         quiet=not args.verbose,
+        engine_event_log_dir=Path(args.engine_event_log_dir) if args.engine_event_log_dir else None,
     )
     text = json.dumps(result, sort_keys=True, default=str)
     Path(args.out).write_text(text + "\n")

@@ -32,6 +32,7 @@ One JSON file per benchmark run (stable schema, `SCHEMA_VERSION`) and a PNG plot
 from __future__ import annotations
 
 import argparse
+import atexit
 import datetime as dt
 import json
 import shutil
@@ -54,7 +55,9 @@ TARGETS: dict[str, tuple[str, float]] = {
     "incremental_growth": ("incremental wall at max D / at min D <=", 1.5),
     "full_rebuild_growth_vs_history": ("full wall growth / history growth >=", 0.6),
     "noop_event_rows_read": ("event rows read ==", 0),
-    "noop_wall_s": ("no-op wall seconds (incl. Spark start) <", 15.0),
+    "noop_wall_s": ("no-op wall seconds (incl. Spark start unless warm) <", 15.0),
+    "incremental_delta_commits": ("Delta commits of the incremental day <=", 8),
+    "incremental_spark_jobs": ("Spark jobs of the incremental day <=", 60),
     "full_throughput_vs_duckdb": ("Spark rows/s / DuckDB rows/s >=", 1 / 3),
 }
 
@@ -96,6 +99,19 @@ def throughput_vs_duckdb(history: Mapping[str, Any]) -> float | None:
     if not raw_rows or not seconds:
         return None
     return ratio(raw_rows / seconds, duck.get("rows_per_s"))
+
+
+def stop_engine(home: Path) -> None:
+    """Stop the home's warm engine if one runs (its event log is then complete)."""
+    from sessionize_assets.resources import engine
+
+    if engine.status(home).state == "running":
+        engine.stop(home)
+
+
+def stop_engines(homes: Path) -> None:
+    for home in sorted(homes.glob("*")) if homes.is_dir() else ():
+        stop_engine(home)
 
 
 def parse_history(text: str) -> list[int]:
@@ -238,6 +254,10 @@ def evaluate_targets(histories: Sequence[Mapping[str, Any]], headline: int) -> d
             )
         if inc["ok"] and full["ok"]:
             values["incremental_wall_vs_full"] = ratio(inc["wall_s"], full["wall_s"])
+        if inc["ok"]:
+            # (results before schema 3 have no commit or job counts: no value)
+            values["incremental_delta_commits"] = inc.get("delta_commits")
+            values["incremental_spark_jobs"] = inc.get("spark_jobs")
         if noop["ok"]:
             values["noop_event_rows_read"] = noop["rows_read"]["event_rows"]
             values["noop_wall_s"] = noop["wall_s"]
@@ -299,6 +319,8 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     start = args.start_date
     work = Path(args.work or tempfile.mkdtemp(prefix="sessionize-bench-"))
     work.mkdir(parents=True, exist_ok=True)
+    if args.engine == "warm":  # no engine outlives the benchmark, even when a step raises
+        atexit.register(stop_engines, work / "homes")
     data = work / "data"
     log = print if not args.quiet else (lambda *a, **k: None)
 
@@ -327,6 +349,11 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     spark_conf = dict(args.spark_conf)
 
     histories = []
+
+    def engine_log(home: Path) -> Path | None:
+        """The event log folder of the home's warm engine (None: measurements start their own)."""
+        return work / "eventlogs" / f"{home.name}-engine" if args.engine == "warm" else None
+
     for days in points:
         log(f"history {days} days: full rebuild")
         home = work / "homes" / f"d{days:03d}"
@@ -345,6 +372,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             ],
             data,
             args.timeout,
+            engine_event_log_dir=engine_log(home),
         )
         warehouse = home / "warehouse"
         con, duck_full = duckdb_reference(
@@ -362,7 +390,8 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         rebuild_home = work / "homes" / f"d{days:03d}-rebuild"
         if rebuild_home.exists():
             shutil.rmtree(rebuild_home)
-        shutil.copytree(home, rebuild_home)
+        # Not the engine's folder: its state names the engine of `home`.
+        shutil.copytree(home, rebuild_home, ignore=shutil.ignore_patterns("engine"))
         log(f"history {days} days: incremental")
         inc = common.run_measurement(
             work,
@@ -376,6 +405,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             ],
             data,
             args.timeout,
+            engine_event_log_dir=engine_log(home),
         )
         log(f"history {days} days: no-op")
         noop = common.run_measurement(
@@ -387,7 +417,9 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             [common.step("run", now_inc, "run")],
             data,
             args.timeout,
+            engine_event_log_dir=engine_log(home),
         )
+        stop_engine(home)
         log(f"history {days} days: trash and rebuild")
         rebuild = common.run_measurement(
             work,
@@ -406,7 +438,9 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             ],
             data,
             args.timeout,
+            engine_event_log_dir=engine_log(rebuild_home),
         )
+        stop_engine(rebuild_home)
         con, duck_inc = duckdb_reference(
             reference.landing_files_of(data, day_folders(data, start, 0, days + 1)), rules, None
         )
@@ -489,6 +523,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             "settings": settings,
             "spark_conf": spark_conf,
             "check": args.check,
+            "engine": args.engine,
         },
         "data": {
             "load_days": total_days,
@@ -572,6 +607,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=lambda kv: tuple(kv.split("=", 1)),
         metavar="KEY=VALUE",
         help="extra Spark settings for every measurement (e.g. spark.sql.shuffle.partitions=4)",
+    )
+    parser.add_argument(
+        "--engine",
+        choices=("off", "warm"),
+        default="off",
+        help="warm: every measurement of a home runs on that home's warm engine (a Spark Connect "
+        "server started before its first measurement and stopped after its last; its start is "
+        "timed apart); off: each measurement starts its own embedded Spark",
     )
     parser.add_argument("--check", choices=("all", "incremental", "none"), default="all")
     parser.add_argument("--work", help="work folder (default: a temporary folder, removed)")
