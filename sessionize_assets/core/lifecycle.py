@@ -11,8 +11,10 @@ cases:
 | `open` | not quarantined | its first event (a late event may move it earlier) | same | same |
 | `frozen` | quarantined | the old start, frozen | always | it is before the start or past the cap (`quarantined session`) |
 
-In every case the end is the latest event kept and the user is the old row's (first seen) when
-it has one, else the largest user identifier among the events kept. This is id mode's rule;
+In every case the end is Snowplow's `least(start + max_session_days, latest event)` over all the
+session's events (so a session with an event past the cap ends exactly at the cap, not at its
+last event within it), and the user is the old row's (first seen) when it has one, else the
+largest user identifier among the events kept. This is id mode's rule;
 `core.sessionize.sessionize_by_id` is its Spark form, built from the same cases, and the two are
 checked against each other on one table of cases (`test_lifecycle.py`). Gap mode's rows are the
 computed sessions themselves (chains cut at fixed boundaries; no old row is used).
@@ -142,7 +144,7 @@ def next_lifecycle(
     row = LifecycleRow(
         user_identifier=session_user(old, [e.user for e in kept]),
         start_tstamp=start,
-        end_tstamp=max(e.tstamp for e in kept),
+        end_tstamp=min(cap, max(times)),  # Snowplow: least(start + cap, max tstamp)
         is_quarantined=is_quarantined(case, max(times), cap),
     )
     return Decision(case, row, reasons)

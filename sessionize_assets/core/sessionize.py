@@ -320,6 +320,8 @@ def sessionize_by_id(
         .withColumn("_cap", _plus_micros(LC_START, settings.max_session_days * MICROS_PER_DAY))
         # is_quarantined: frozen, or an event at or past the cap
         .withColumn("_quarantined", frozen | (F.max(SESSION_TS).over(session) >= cap))
+        # the end: least(start + cap, the latest event), over every event (Snowplow's rule)
+        .withColumn("_end", F.least(cap, F.max(SESSION_TS).over(session)))
         # event_reason
         .withColumn(
             REASON,
@@ -339,7 +341,7 @@ def sessionize_by_id(
             *_session_aggregates(),
             F.bool_or("_quarantined").alias("is_quarantined"),
             F.min(LC_START).alias(LC_START),
-            F.max(SESSION_TS).alias(LC_END),  # the end: the latest event kept
+            F.max("_end").alias(LC_END),
         )
         .withColumnRenamed(SESSION_KEY, "session_identifier")
     )

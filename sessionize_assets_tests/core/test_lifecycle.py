@@ -67,6 +67,14 @@ CASES = [
         [None, None, AFTER],
     ),
     (
+        "new-past-the-cap-ends-at-the-cap",  # Snowplow: least(start + cap, max tstamp)
+        None,
+        [("03-01T00:00", "u"), ("03-02T00:00", "u"), ("03-05T12:00", "u")],
+        Case.NEW,
+        row("u", "03-01T00:00", "03-04T00:00", True),
+        [None, None, AFTER],
+    ),
+    (
         "new-under-the-cap",
         None,
         [("03-01T00:00", "u"), ("03-03T23:59:59", "u")],
@@ -103,7 +111,8 @@ CASES = [
         row("u", "03-01T00:00", "03-01T00:00", False),
         [("03-01T00:00", "u"), ("03-05T00:00", "u")],
         Case.OPEN,
-        row("u", "03-01T00:00", "03-01T00:00", True),
+        # Snowplow's end: least(start + cap, latest event) = the cap, not the last kept event
+        row("u", "03-01T00:00", "03-04T00:00", True),
         [None, AFTER],
     ),
     (
