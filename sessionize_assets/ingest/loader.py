@@ -372,7 +372,7 @@ def land_batch(
     results = [FileLoad(path=str(f.path), sha256=f.sha256, load_id=f.load_id) for f in files]
     by_id = {r.load_id: r for r in results}
     for f in files:
-        f.typed.persist(StorageLevel.MEMORY_AND_DISK)
+        f.typed.persist(StorageLevel.DISK_ONLY)
     try:
         counts = (
             _union(
