@@ -157,7 +157,11 @@ def cmd_backfill(ctx: CommandContext) -> int:
 
 
 def cmd_status(ctx: CommandContext) -> int:
-    from sessionize_assets.pipeline import status_lines
+    from sessionize_assets.pipeline import lateness_status_lines, status_lines
+
+    if ctx.args.lateness:
+        _print(lateness_status_lines(ctx, ctx.args.load_days))
+        return 0
 
     _print(status_lines(ctx))
     return 0
@@ -244,7 +248,9 @@ def cmd_ui(ctx: CommandContext) -> int:
     print(
         f"Dagster UI on http://127.0.0.1:{ctx.args.port} (home {ctx.home.root}); Ctrl-C stops it."
     )
-    return subprocess.call(command, cwd=REPO_ROOT, env=os.environ.copy())
+    # From the home's Dagster folder: `dagster dev` then reads the instance file users edit
+    # there (DAGSTER_HOME), not the repository's template, and says nothing about the latter.
+    return subprocess.call(command, cwd=ctx.home.dagster_home, env=os.environ.copy())
 
 
 # ---------------------------------------------------------------- parser
@@ -324,6 +330,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_backfill)
 
     p = sub.add_parser("status", help="run-limit states, windows, pending and skipped days, locks")
+    p.add_argument(
+        "--lateness",
+        action="store_true",
+        help="only how late rows arrive: per load day the late share and p50/p95/max days late, "
+        "and the rows by load day and days late (no Spark)",
+    )
+    p.add_argument(
+        "--load-days", type=int, default=14, help="with --lateness: the last N load days (14)"
+    )
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser(

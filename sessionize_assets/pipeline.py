@@ -212,6 +212,15 @@ def status_lines(ctx: CommandContext) -> list[str]:
     return out
 
 
+def lateness_status_lines(ctx: CommandContext, load_days: int = 14) -> list[str]:
+    """`status --lateness`: the lateness of the last load days, from filtered_events' Delta log."""
+    from sessionize_assets.core.lateness import lateness_lines
+    from sessionize_assets.time_based.state import partition_counts
+
+    _, counts = partition_counts(_lake(ctx).table("filtered_events"))
+    return lateness_lines(counts, last_load_days=load_days)
+
+
 class BranchUnreadableError(Exception):
     """A branch's tables cannot be read (a corrupt Delta log, a missing file): one sentence."""
 

@@ -139,3 +139,27 @@ def test_a_bad_setting_is_status_2(tmp_path, capsys):
     config = str(home / "sessionize.yaml")
     assert main(["--home", str(home), "--config", config, "run"]) == 2
     assert "`reprocess_days`" in capsys.readouterr().err
+
+
+def test_status_lateness_reads_the_delta_log_of_filtered_events(two_days, capsys):
+    """`status --lateness` (issue 16): per load day the late share and percentiles, and the
+    matrix, from filtered_events' own row counts -- read only, status 0."""
+    from sessionize_assets.core.lateness import lateness_by_load_day
+    from sessionize_assets.time_based.state import partition_counts
+
+    home = two_days[0]
+    capsys.readouterr()
+    assert main(["--home", str(home), *_now(3), "status", "--lateness"]) == 0
+    out = capsys.readouterr().out
+    _, counts = partition_counts(Home(home).table(FILTERED_EVENTS))
+    expected = lateness_by_load_day(counts)
+    assert [s.load_day.isoformat() for s in expected] == ["2024-03-01", "2024-03-02"]
+    for s in expected:
+        summary = next(
+            line
+            for line in out.splitlines()
+            if line.split()[:2] == [s.load_day.isoformat(), str(s.rows)]
+        )
+        assert f"{s.late_share:.1%}" in summary
+    assert sum(s.rows for s in expected) == sum(counts.values()) > 0
+    assert "rows by days late:" in out

@@ -32,6 +32,7 @@ from sessionize_assets.core.late_days import (
     latest_process_decisions,
     rows_up_to_horizon,
 )
+from sessionize_assets.core.lateness import load_day_metadata
 from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE
 from sessionize_assets.ingest.load_days import EMPTY_FINGERPRINT
 from sessionize_assets.metadata import dagster_metadata
@@ -335,6 +336,13 @@ def days_to_process_step(
             "time taken (s)": round(time.monotonic() - started, 3),
         }
     )
+    # How late the load days' rows are (core.lateness): numbers the UI plots per partition when
+    # the run decided one load day, one entry per load day otherwise.
+    lateness = load_day_metadata(state.counts, days)
+    if len(days) == 1 and lateness:
+        result.metadata.update(next(iter(lateness.values())))
+    elif lateness:
+        result.metadata["lateness per load day"] = lateness
     if not decisions and not had_rows:
         result.metadata["note"] = "no rows in these load days: nothing to decide"
     result.facts = {"decisions": decisions, "requested": requested}
