@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dagster import MetadataValue
@@ -31,3 +31,49 @@ def as_metadata_value(value: Any) -> Any:
 def dagster_metadata(values: Mapping[str, Any]) -> dict[str, Any]:
     """Every value of a metadata dict through `as_metadata_value`."""
     return {str(key): as_metadata_value(value) for key, value in values.items()}
+
+
+RUN_TOTALS = "run totals (all partitions of the run, not this one's)"
+
+
+def partition_metadata(values: Mapping[str, Any], partition_keys: Sequence[str]) -> dict[str, Any]:
+    """Metadata of a partitioned materialization. Dagster copies one run's metadata onto every
+    partition the run wrote (it has no per-partition metadata for a multi-partition run, dagster
+    issue #18123), so a run of several partitions keeps its numbers in one JSON entry instead of
+    as plottable numbers that would count each total once per partition. A run of one partition
+    reports its numbers as they are, and `dagster/row_count` (its rows written) too."""
+    keys = list(partition_keys)
+    if len(keys) <= 1:
+        out = dict(values)
+        if isinstance(out.get("rows written"), int) and not isinstance(out["rows written"], bool):
+            out["dagster/row_count"] = out["rows written"]
+        return dagster_metadata(out)
+    numbers = {
+        k: v for k, v in values.items() if isinstance(v, int | float) and not isinstance(v, bool)
+    }
+    rest = {k: v for k, v in values.items() if k not in numbers}
+    return dagster_metadata(
+        {
+            **rest,
+            "partitions in this run": f"{len(keys)}: {keys[0]} .. {keys[-1]}",
+            RUN_TOTALS: numbers,
+        }
+    )
+
+
+def column_schema(schema: Any) -> Any:
+    """`dagster/column_schema` of a table, from a Spark DDL string (`"a string, b long"`) or a
+    pyarrow schema: the column names and types the UI shows on the asset."""
+    from dagster import TableColumn, TableSchema
+
+    if isinstance(schema, str):
+        pairs = [part.strip().split(None, 1) for part in schema.split(",") if part.strip()]
+        columns = [TableColumn(name=name, type=kind.strip()) for name, kind in pairs]
+    else:
+        columns = [TableColumn(name=f.name, type=str(f.type)) for f in schema]
+    return TableSchema(columns=columns)
+
+
+def schema_metadata(schema: Any) -> dict[str, Any]:
+    """Definition metadata of a table asset with a fixed schema."""
+    return {"dagster/column_schema": column_schema(schema)}

@@ -20,7 +20,7 @@ from dagster import (
 
 from sessionize_assets.core import sessionize as core
 from sessionize_assets.core.clock import iso_or_none
-from sessionize_assets.metadata import dagster_metadata
+from sessionize_assets.metadata import dagster_metadata, schema_metadata
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import SparkDeltaResource
 from sessionize_assets.resources.tables import (
@@ -35,7 +35,16 @@ from sessionize_assets.resources.tables import (
 from sessionize_assets.sessions.outcome import SessionRunOutcome
 from sessionize_assets.sessions.run import run_session_models
 from sessionize_assets.sessions.state import ModelState, enabled_models
-from sessionize_assets.sessions.tables import USER_SESSION_STATS
+from sessionize_assets.sessions.tables import (
+    LIFECYCLE_SCHEMA,
+    MANIFEST_SCHEMA,
+    QUARANTINED_SCHEMA,
+    SESSIONS_SCHEMA,
+    SUPERSEDED_SCHEMA,
+    USER_SESSION_STATS,
+    USER_SESSION_STATS_SCHEMA,
+    USERS_SCHEMA,
+)
 from sessionize_assets.settings import Settings
 
 GROUP = "session_based"
@@ -60,6 +69,7 @@ def build_assets(
         AssetSpec(
             SESSIONS,
             deps=[FILTERED_EVENTS],
+            metadata=schema_metadata(SESSIONS_SCHEMA),
             group_name=GROUP,
             kinds={"spark", "delta"},
             description="One row per session (SPEC section 6), kept current incrementally.",
@@ -67,6 +77,7 @@ def build_assets(
         AssetSpec(
             USERS,
             deps=[SESSIONS],
+            metadata=schema_metadata(USERS_SCHEMA),
             group_name=GROUP,
             kinds={"spark", "delta"},
             description="One row per non-null user, from their sessions.",
@@ -77,6 +88,7 @@ def build_assets(
             AssetSpec(
                 USER_SESSION_STATS,
                 deps=[SESSIONS],
+                metadata=schema_metadata(USER_SESSION_STATS_SCHEMA),
                 group_name=GROUP,
                 kinds={"spark", "delta"},
                 description="Per-user session-duration statistics (an example extra session model).",
@@ -86,6 +98,7 @@ def build_assets(
         AssetSpec(
             SESSIONS_LIFECYCLE_MANIFEST,
             deps=[FILTERED_EVENTS],
+            metadata=schema_metadata(LIFECYCLE_SCHEMA),
             group_name=GROUP,
             kinds={"spark", "delta"},
             description="Per session: id, user, start and end, quarantined -- finds the sessions new events touch.",
@@ -93,6 +106,7 @@ def build_assets(
         AssetSpec(
             QUARANTINED_SESSIONS,
             deps=[SESSIONS_LIFECYCLE_MANIFEST],
+            metadata=schema_metadata(QUARANTINED_SCHEMA),
             group_name=GROUP,
             kinds={"spark", "delta"},
             description="Sessions capped at max_session_days.",
@@ -100,6 +114,7 @@ def build_assets(
         AssetSpec(
             SUPERSEDED_SESSIONS,
             deps=[SESSIONS],
+            metadata=schema_metadata(SUPERSEDED_SCHEMA),
             group_name=GROUP,
             kinds={"spark", "delta"},
             description="gap mode: session ids that stopped existing (old id -> new id, reason).",
@@ -107,6 +122,7 @@ def build_assets(
         AssetSpec(
             INCREMENTAL_MANIFEST,
             deps=[m for m in models],
+            metadata=schema_metadata(MANIFEST_SCHEMA),
             group_name=GROUP,
             kinds={"delta"},
             description="Per session model: last_success, consumed filtered_events version, processed-through limit.",

@@ -20,6 +20,7 @@ from dagster import (
 )
 
 from sessionize_assets.jobs import REQUESTED_BY_TAG
+from sessionize_assets.metadata import partition_metadata, schema_metadata
 from sessionize_assets.partitions import daily_partitions, late_day_lineage
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.manifest_lock import partition_locks
@@ -33,7 +34,7 @@ from sessionize_assets.time_based.steps import (
     filtered_events_step,
     manifest_step,
 )
-from sessionize_assets.time_based.tables import TimeBasedTables
+from sessionize_assets.time_based.tables import DECISIONS_SCHEMA, MANIFEST_SCHEMA, TimeBasedTables
 
 GROUP = "time_based"
 
@@ -60,7 +61,7 @@ def guarded(
     context.log.info(
         f"{asset_name} {', '.join(keys)}: {json.dumps(result.metadata, default=str)[:2000]}"
     )
-    return MaterializeResult(metadata=result.dagster_metadata())
+    return MaterializeResult(metadata=partition_metadata(result.metadata, keys))
 
 
 def _payload_facts(metadata: Mapping[str, Any]) -> dict[str, Any]:
@@ -118,6 +119,7 @@ def build_assets(settings: Settings) -> list[AssetsDefinition]:
 
     @asset(
         name="days_to_process",
+        metadata=schema_metadata(DECISIONS_SCHEMA),
         partitions_def=daily,
         deps=[AssetDep("filtered_events")],
         backfill_policy=policy,
@@ -173,6 +175,7 @@ def build_assets(settings: Settings) -> list[AssetsDefinition]:
 
     @asset(
         name="daily_aggregation_manifest",
+        metadata=schema_metadata(MANIFEST_SCHEMA),
         deps=[AssetDep("days_to_process"), AssetDep("daily_aggregates")],
         group_name=GROUP,
         kinds={"delta"},
@@ -180,7 +183,7 @@ def build_assets(settings: Settings) -> list[AssetsDefinition]:
     )
     def daily_aggregation_manifest(lake: LakeResource) -> MaterializeResult:
         result = manifest_step(TimeBasedTables.at(lake.table))
-        return MaterializeResult(metadata=result.dagster_metadata())
+        return MaterializeResult(metadata=partition_metadata(result.metadata, []))
 
     @asset(
         name="attributes",
@@ -194,7 +197,7 @@ def build_assets(settings: Settings) -> list[AssetsDefinition]:
         result = attributes_step(
             spark.get_session(), TimeBasedTables.at(lake.table), lake.settings, as_of
         )
-        return MaterializeResult(metadata=result.dagster_metadata())
+        return MaterializeResult(metadata=partition_metadata(result.metadata, []))
 
     return [
         filtered_events,

@@ -277,23 +277,57 @@ def latest_metadata(instance: DagsterInstance, asset: str, partition: str | None
 
 
 def test_every_materialization_carries_metadata(scenario) -> None:
+    from sessionize_assets.metadata import RUN_TOTALS
+
     instance = scenario["instance"]
+    # The scenario materialized load days 03-01..03-05 in one run: Dagster copies a run's
+    # metadata onto each partition, so its totals are one JSON entry, not per-partition numbers.
     filtered = latest_metadata(instance, "filtered_events", "2024-03-02")
-    assert filtered["rows read"] == 10 and filtered["rows written"] == 7
+    totals = filtered[RUN_TOTALS]
+    assert totals["rows read"] == 10 and totals["rows written"] == 7
+    assert "rows read" not in filtered and "dagster/row_count" not in filtered
+    assert filtered["partitions in this run"] == "5: 2024-03-01 .. 2024-03-05"
     assert filtered["run state"] == "first run" and filtered["run window"].startswith(
         "[2024-03-01T00:00:00"
     )
-    assert filtered["time taken (s)"] >= 0
+    assert totals["time taken (s)"] >= 0
     decided = latest_metadata(instance, "days_to_process", "2024-03-05")
-    assert decided["event days processed"] == 2 and decided["event days skipped"] == 1
+    assert decided[RUN_TOTALS]["event days processed"] == 2
+    assert decided[RUN_TOTALS]["event days skipped"] == 1
     assert decided["skipped event days (pending rows)"] == {"2024-03-01": 1}
     assert decided["daily_aggregates partitions requested"] == ["2024-03-01", "2024-03-02"]
+    # How late each load day's rows are (one range run: one entry per load day).
+    assert decided["lateness per load day"]["2024-03-05"] == {
+        "late rows": 1,
+        "late share": 1.0,
+        "lateness p50 (days)": 4,
+        "lateness p95 (days)": 4,
+        "lateness max (days)": 4,
+    }
     aggregated = latest_metadata(instance, "daily_aggregates", "2024-03-01")
     assert aggregated["rows counted per event day"] == {"2024-03-01": 5, "2024-03-02": 1}
     assert aggregated["pending rows after (not counted yet)"]["2024-03-01"] == 1
-    assert aggregated["filtered_events files read"] == 5  # the 4 files of 03-01 and 1 of 03-02
-    assert latest_metadata(instance, "attributes")["rows written"] == 3
+    # the 4 files of 03-01 and 1 of 03-02
+    assert aggregated[RUN_TOTALS]["filtered_events files read"] == 5
+    attributes = latest_metadata(instance, "attributes")
+    assert attributes["rows written"] == attributes["dagster/row_count"] == 3
     assert latest_metadata(instance, "daily_aggregation_manifest")["pending rows"] == 1
+
+
+def test_a_run_of_one_partition_reports_plottable_numbers(scenario, tmp_path) -> None:
+    """One load day re-run alone: its numbers and its lateness are its own, as numbers."""
+    lake, instance = clone(scenario, tmp_path)
+    assert materialize_time_based(
+        lake, instance, ["filtered_events", "days_to_process"], day(3)
+    ).success
+    filtered = latest_metadata(instance, "filtered_events", "2024-03-03")
+    assert filtered["rows written"] == filtered["dagster/row_count"] == 2
+    decided = latest_metadata(instance, "days_to_process", "2024-03-03")
+    assert (decided["late rows"], decided["lateness max (days)"], decided["late share"]) == (
+        2,
+        2,
+        1.0,
+    )
 
 
 def clone(scenario, tmp_path: Path) -> tuple[LakeResource, DagsterInstance]:
