@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dagster import AssetSelection, define_asset_job
 
-from sessionize_assets.partitions import daily_partitions
 from sessionize_assets.settings import Settings
 
 # Runs with the same lane tag are dequeued one at a time, in submission order (see dagster.yaml's
@@ -27,7 +26,6 @@ def build_jobs(settings: Settings) -> list:
         define_asset_job(
             LOAD_DAY_JOB,
             selection=AssetSelection.assets("filtered_events", "days_to_process"),
-            partitions_def=daily_partitions(settings),
             tags=TIME_BASED_LANE,
             description="Filter, deduplicate and decide the event days of one load day.",
         ),

@@ -54,9 +54,11 @@ class CommandContext:
 
     def ensure_home(self) -> None:
         self.home.ensure()
+        # The repository's dagster.yaml is the template of a home's instance file: copied once,
+        # then the home's copy is the one users edit (never overwritten).
         target = self.home.dagster_home / "dagster.yaml"
         source = REPO_ROOT / "dagster.yaml"
-        if source.is_file() and (not target.is_file() or target.read_text() != source.read_text()):
+        if source.is_file() and not target.is_file():
             shutil.copyfile(source, target)
 
     @property
