@@ -63,7 +63,9 @@ def rebuild(
     # Each input is scanned once: `events` is persisted while it is marked (the marking reads it
     # for the same-day ranking and for the copies loaded earlier), `filtered_events` while the
     # aggregates and the sessions are computed from it.
-    events = spark.read.format("delta").load(table("events")).persist(StorageLevel.MEMORY_AND_DISK)
+    events = (
+        spark.read.format("delta").load(table("events")).persist(StorageLevel.MEMORY_AND_DISK_DESER)
+    )
     # Every load day at once: same-day copies are ranked, copies of earlier load days matched
     # within dedupe_lookback_days (filtering.mark_rows over all rows).
     marked = filtering.mark_rows(
@@ -82,7 +84,7 @@ def rebuild(
     filtered = (
         spark.read.format("delta")
         .load(table("filtered_events"))
-        .persist(StorageLevel.MEMORY_AND_DISK)
+        .persist(StorageLevel.MEMORY_AND_DISK_DESER)
     )
     daily = agg.daily_aggregates(filtered, settings.user_identifier, settings.attributes)
     timed("daily_aggregates", lambda: _overwrite(daily, table("daily_aggregates"), EVENT_DATE))

@@ -119,7 +119,7 @@ def event_days(
     rows = table.filter(_days_filter(days))
     if _active is None or version is None or not days:
         return rows, False
-    rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+    rows = rows.persist(StorageLevel.MEMORY_AND_DISK_DESER)
     _active.keep(Kept(path, version, frozenset(days)), rows)
     return rows, True
 

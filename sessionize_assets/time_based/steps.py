@@ -125,7 +125,7 @@ def filtered_events_step(
     # `marked` below is computed.
     window = events.filter(
         (F.col(LOAD_DATE) >= F.lit(first)) & (F.col(LOAD_DATE) <= F.lit(last))
-    ).persist(StorageLevel.MEMORY_AND_DISK)
+    ).persist(StorageLevel.MEMORY_AND_DISK_DESER)
     rows = window.filter(F.col(LOAD_DATE).isin(days))
     # Marked once and kept (in memory, spilling to disk for big load days): the counts, the reach
     # check and the write then read `events` once, not once each (docs/benchmarks.md).
@@ -136,7 +136,7 @@ def filtered_events_step(
         app_ids=settings.app_ids,
         event_names=settings.event_names,
         start_date=settings.start_date,
-    ).persist(StorageLevel.MEMORY_AND_DISK)
+    ).persist(StorageLevel.MEMORY_AND_DISK_DESER)
     try:
         outcome_rows = filtering.outcome_counts(marked).collect()
         window.unpersist()  # `marked` is filled: nothing reads the window again
@@ -406,7 +406,7 @@ def daily_aggregates_step(
         if not shared:
             # Kept while the aggregate runs: it reads the rows twice (the counts per event name,
             # the rest), and Spark would otherwise scan filtered_events twice.
-            rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+            rows = rows.persist(StorageLevel.MEMORY_AND_DISK_DESER)
         if with_rows and version is not None:
             files_read, _ = files_in(tables.filtered_events, EVENT_DATE, with_rows, version)
         daily = (
