@@ -236,6 +236,9 @@ def _spark_submit() -> Path:
     return Path(_find_spark_home()) / "bin" / "spark-submit"
 
 
+ENGINE_DRIVER_MEMORY = "3g"
+
+
 def server_conf(spark_overrides: Mapping[str, str] | None, port: int) -> dict[str, str]:
     """The server's SparkConf: the embedded engine's (Delta, UTC, ...) plus the Connect binding."""
     from sessionize_assets.resources.spark_conf import spark_conf
@@ -243,6 +246,10 @@ def server_conf(spark_overrides: Mapping[str, str] | None, port: int) -> dict[st
     conf = spark_conf(spark_overrides)
     for key in _CLIENT_ONLY:
         conf.pop(key, None)
+    if "spark.driver.memory" not in (spark_overrides or {}):
+        # A long-lived server that takes whole catch-ups: 2 GiB ran out of heap sessionizing
+        # 6 M events (docs/benchmarks.md, session 8); 3 GiB keeps the JVM under 4 GiB resident.
+        conf["spark.driver.memory"] = ENGINE_DRIVER_MEMORY
     conf.setdefault("spark.log.level", "WARN")
     conf["spark.app.name"] = f"{conf.get('spark.app.name', 'sessionize_assets')} engine"
     conf["spark.connect.grpc.binding.address"] = HOST
