@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import random
 from pathlib import Path
 
+import pytest
 from dagster import AssetKey, AssetRecordsFilter, DagsterInstance
-from hypothesis import HealthCheck, Phase, example, given, settings
-from hypothesis import strategies as st
 
 from sessionize_assets.commands.time_based import (
     backfill_time_based,
@@ -23,6 +23,7 @@ from sessionize_assets.core.filtering import duplicate_event_ids
 from sessionize_assets.time_based.state import read_state
 from sessionize_assets.time_based.tables import TimeBasedTables
 from sessionize_assets_tests.core.test_filtering import event
+from sessionize_assets_tests.seeds import history_seeds, seed_id
 from sessionize_assets_tests.time_based.test_steps import ROWS, append_events, day, make_lake
 
 
@@ -118,28 +119,25 @@ USERS = ("u1", "u2", "u3")
 NOW = "2024-03-08T12:00:00+00:00"
 
 
-@st.composite
-def histories(draw):
+def random_history(rng: random.Random) -> tuple[list[list[tuple]], tuple[int, int] | None]:
     """Two batches of loads into random (also earlier, already processed) load days, with late
     rows and duplicate event ids; after the first a run, after the second a run or a backfill of
-    a past range (then a run)."""
-    batches = []
-    for _ in range(2):
-        rows = draw(
-            st.lists(
-                st.tuples(
-                    st.integers(4, 7),  # load day
-                    st.integers(0, 3),  # lateness in days
-                    st.integers(0, 7),  # event id: a small pool, so copies happen
-                    st.sampled_from(USERS),
-                    st.sampled_from(("page_view", "link_click")),
-                ),
-                min_size=1,
-                max_size=8,
+    a past range (then a run). A row: (load day, lateness in days, event id from a small pool so
+    that copies happen, user, event name)."""
+    batches = [
+        [
+            (
+                rng.randint(4, 7),
+                rng.randint(0, 3),
+                rng.randint(0, 7),
+                rng.choice(USERS),
+                rng.choice(("page_view", "link_click")),
             )
-        )
-        batches.append(rows)
-    backfill = draw(st.none() | st.tuples(st.integers(4, 7), st.integers(0, 3)))
+            for _ in range(rng.randint(1, 8))
+        ]
+        for _ in range(2)
+    ]
+    backfill = None if rng.random() < 0.3 else (rng.randint(4, 7), rng.randint(0, 3))
     return batches, backfill
 
 
@@ -189,16 +187,16 @@ RICH = (
 )
 
 
-@settings(
-    max_examples=1,
-    deadline=None,
-    derandomize=True,
-    phases=[Phase.explicit, Phase.generate],
-    suppress_health_check=list(HealthCheck),
+# The hand-written rich history in both policies, then fresh random histories (seeds.py: new
+# every run, in the test id, replayed with SESSIONIZE_SEEDS).
+@pytest.mark.parametrize(
+    ("history", "strict"),
+    [pytest.param(RICH, False, id="rich-loose"), pytest.param(RICH, True, id="rich-strict")]
+    + [
+        pytest.param(random_history(random.Random(seed)), seed % 2 == 0, id=seed_id(seed))
+        for seed in history_seeds()
+    ],
 )
-@given(history=histories(), strict=st.booleans())
-@example(history=RICH, strict=False)
-@example(history=RICH, strict=True)
 def test_accounting_invariant_and_full_recompute_after_random_histories(
     spark, tmp_path_factory, history, strict
 ):
