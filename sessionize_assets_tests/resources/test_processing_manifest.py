@@ -230,7 +230,8 @@ def test_concurrent_threads_exactly_one_lock_wins(manifest, spark, clock):
     manifest.ensure_table()
     items = [f"threads/{i}" for i in range(3)]
     outcomes: dict[str, list[str]] = {item: [] for item in items}
-    barrier = threading.Barrier(2)
+    # A timeout: one crashed contender breaks the barrier instead of hanging CI.
+    barrier = threading.Barrier(2, timeout=120)
 
     def contender(run_id: str) -> None:
         writer = ProcessingManifest(spark, manifest.path, clock=clock)
@@ -243,11 +244,12 @@ def test_concurrent_threads_exactly_one_lock_wins(manifest, spark, clock):
                 assert item in str(error)
                 outcomes[item].append(f"lost:{run_id}")
 
-    threads = [threading.Thread(target=contender, args=(f"run-{n}",)) for n in (1, 2)]
+    threads = [threading.Thread(target=contender, args=(f"run-{n}",), daemon=True) for n in (1, 2)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=300)
+    assert not any(thread.is_alive() for thread in threads), "a contender hung"
     states = item_states(manifest.path, prefix="threads/")
     for item in items:
         wins = [o for o in outcomes[item] if o.startswith("won:")]
@@ -396,7 +398,8 @@ def test_concurrent_batches_one_run_holds_every_item(manifest, spark, clock):
     manifest.ensure_table()
     items = [f"batch/{i}" for i in range(6)]
     outcomes: dict[str, str] = {}
-    barrier = threading.Barrier(2)
+    # A timeout: one crashed contender breaks the barrier instead of hanging CI.
+    barrier = threading.Barrier(2, timeout=120)
 
     def contender(run_id: str) -> None:
         writer = ProcessingManifest(spark, manifest.path, clock=clock)
@@ -407,11 +410,12 @@ def test_concurrent_batches_one_run_holds_every_item(manifest, spark, clock):
         except ItemLockedError:
             outcomes[run_id] = "lost"
 
-    threads = [threading.Thread(target=contender, args=(f"run-{n}",)) for n in (1, 2)]
+    threads = [threading.Thread(target=contender, args=(f"run-{n}",), daemon=True) for n in (1, 2)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=300)
+    assert not any(thread.is_alive() for thread in threads), "a contender hung"
     winners = [run for run, outcome in outcomes.items() if outcome == "won"]
     assert len(winners) == 1 and len(outcomes) == 2, outcomes
     states = item_states(manifest.path, prefix="batch/")
