@@ -3,8 +3,9 @@
 The README beside the files (/work/shared/oracles/snowplow-web-v0.15.2/) describes the run
 sequence that produced `expected_sessions.csv`: id mode, collector_tstamp as session timestamp,
 start 2020-07-03, run 1 with backfill_limit_days = 243, then three standard runs with 2. This test
-replays it on our session models and compares session ids, users, start/end, total_events,
-page_views and the quarantined ids.
+lands events.csv with the product's loader, builds `filtered_events` with the real step
+(deduplication included), replays the runs on our session models and compares session ids,
+users, start/end, total_events, page_views and the quarantined ids.
 
 Every difference is named with the rule of theirs (or ours) that explains it, and the sessions
 each rule covers are derived from the events, not listed by hand; anything else must match.
@@ -31,25 +32,14 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from pyspark.sql import functions as F
 
 from sessionize_assets.home import Home
-from sessionize_assets.resources.tables import FILTERED_EVENTS, QUARANTINED_SESSIONS, SESSIONS
+from sessionize_assets.resources.tables import QUARANTINED_SESSIONS, SESSIONS
 from sessionize_assets_tests.conftest import ORACLE_DIR
 from sessionize_assets_tests.sessions.support import make_settings, rows_of, run, table
 
 ORACLE = ORACLE_DIR
 NOW = "2030-01-01T00:00:00"
-TIMESTAMPS = (
-    "collector_tstamp",
-    "dvce_created_tstamp",
-    "dvce_sent_tstamp",
-    "derived_tstamp",
-    "load_tstamp",
-    "etl_tstamp",
-    "true_tstamp",
-    "refr_dvce_tstamp",
-)
 COMPARED = ("domain_userid", "start_tstamp", "end_tstamp", "total_events", "page_views")
 
 pytestmark = pytest.mark.skipif(
@@ -61,34 +51,33 @@ def parse(text: str | None) -> dt.datetime | None:
     return dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC) if text else None
 
 
-def load_oracle_events(spark, home: Path) -> None:
-    """filtered_events-like rows from events.csv: timestamps parsed as UTC, load_tstamp :=
-    collector_tstamp when empty, duplicates of an event_id dropped keeping the first by
-    (collector_tstamp, dvce_created_tstamp). (The project's loader will replace this.)"""
-    raw = (
-        spark.read.option("header", True)
-        .option("escape", '"')
-        .option("multiLine", True)
-        .csv(str(ORACLE / "events.csv"))
-    )
-    for c in TIMESTAMPS:
-        raw = raw.withColumn(c, F.to_timestamp(c, "yyyy-MM-dd HH:mm:ss.SSS"))
-    raw = raw.withColumn("load_tstamp", F.coalesce("load_tstamp", "collector_tstamp"))
-    from pyspark.sql import Window
+def load_oracle_events(spark, home: Path, settings) -> dict[str, int]:
+    """events.csv through the product's own path: `sessionize load`'s loader (load_tstamp taken
+    from collector_tstamp where the file has none) into `events`, then the real
+    `filtered_events` step (deduplication, filters) over every load day. Returns the loader's
+    and the filter's row accounting."""
+    from sessionize_assets.ingest.loader import load_paths
+    from sessionize_assets.resources.tables import EVENTS, INVALID_EVENTS, LOAD_LOG
+    from sessionize_assets.time_based.state import read_state
+    from sessionize_assets.time_based.steps import filtered_events_step
+    from sessionize_assets.time_based.tables import TimeBasedTables
 
-    first = Window.partitionBy("event_id").orderBy(
-        "collector_tstamp", "dvce_created_tstamp", "derived_tstamp"
+    h = Home(home)
+    h.ensure()
+    now = parse(NOW)
+    report = load_paths(
+        spark,
+        [ORACLE / "events.csv"],
+        settings,
+        {n: h.table(n) for n in (EVENTS, INVALID_EVENTS, LOAD_LOG)},
+        now,
+        load_tstamp_from="collector_tstamp",
     )
-    rows = (
-        raw.withColumn("_copy", F.row_number().over(first))
-        .filter("_copy = 1")
-        .drop("_copy")
-        .withColumn("event_date", F.to_date("derived_tstamp"))
-        .withColumn("load_date", F.to_date("load_tstamp"))
-    )
-    rows.write.format("delta").partitionBy("load_date").option(
-        "delta.enableChangeDataFeed", "true"
-    ).save(Home(home).table(FILTERED_EVENTS))
+    tables = TimeBasedTables.at(h.table)
+    load_days = sorted(read_state(tables).events_fingerprints)
+    step = filtered_events_step(spark, tables, settings, load_days, now)
+    kept = sum(a["rows_kept"] for a in step.facts["accounting"].values())
+    return {"loaded": report.rows_kept, "invalid": report.rows_invalid, "filtered": kept}
 
 
 def oracle_rows(name: str) -> list[dict[str, str]]:
@@ -127,7 +116,6 @@ def their_page_view_rules() -> tuple[set[str], set[str], dict[str, int]]:
 def replay(spark, tmp_path_factory):
     home = tmp_path_factory.mktemp("oracle") / "home"
     home.mkdir()
-    load_oracle_events(spark, home)
     base = dict(
         start_date="2020-07-03",
         session_mode="id",
@@ -139,6 +127,7 @@ def replay(spark, tmp_path_factory):
         session_identifier="domain_sessionid",
         user_identifier="domain_userid",
     )
+    rows = load_oracle_events(spark, home, make_settings(**base, backfill_limit_days=243))
     runs = [run(spark, home, make_settings(**base, backfill_limit_days=243), NOW)]
     for _ in range(3):
         runs.append(run(spark, home, make_settings(**base, backfill_limit_days=2), NOW))
@@ -164,6 +153,7 @@ def replay(spark, tmp_path_factory):
         )
     }
     return {
+        "rows": rows,
         "runs": runs,
         "sessions": sessions,
         "quarantined": quarantined,
@@ -182,6 +172,13 @@ def expected_sessions() -> dict[str, dict]:
             "page_views": int(r["page_views"]),
         }
     return out
+
+
+def test_events_go_through_the_loader_and_the_deduplication(replay):
+    rows = oracle_rows("events.csv")
+    assert replay["rows"]["loaded"] == len(rows) and replay["rows"]["invalid"] == 0
+    # Their duplicates (copies of an event_id) are all within our dedupe look-back: one row each.
+    assert replay["rows"]["filtered"] == len({r["event_id"] for r in rows})
 
 
 def test_the_runs_follow_their_sequence(replay):
