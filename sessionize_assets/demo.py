@@ -11,14 +11,34 @@ from pathlib import Path
 from sessionize_assets.commands.context import CommandContext
 from sessionize_assets.errors import UserError
 
-DEMO_START = dt.date(2024, 3, 1)
-DEMO_SETTINGS = """\
-# Written by `sessionize demo`: small thresholds so late-day reprocessing shows on demo-sized data.
-start_date: 2024-03-01
-min_rows_to_process: 25
-reprocess_days: 5
-session_mode: gap
-"""
+DEMO_START = dt.date(2024, 3, 1)  # the start of the settings below (the fixed replay tests use)
+
+
+def demo_settings(start: dt.date) -> str:
+    """The demo's settings file: small thresholds so late-day reprocessing shows on demo-sized
+    data."""
+    return (
+        "# Written by `sessionize demo`: small thresholds so late-day reprocessing shows on\n"
+        "# demo-sized data.\n"
+        f"start_date: {start.isoformat()}\n"
+        "min_rows_to_process: 25\n"
+        "reprocess_days: 5\n"
+        "session_mode: gap\n"
+    )
+
+
+DEMO_SETTINGS = demo_settings(DEMO_START)
+
+
+def demo_start(now: dt.datetime, days: int) -> dt.date:
+    """The demo's first load day: its last load day is the day before `now` (the real clock, or
+    `--now` for a reproducible replay), so the UI shows it as recent, complete partitions."""
+    return now.astimezone(dt.UTC).date() - dt.timedelta(days=days)
+
+
+def load_day_now(day: dt.date, now: dt.datetime) -> dt.datetime:
+    """When the demo processes load day `day`: 00:30 UTC the next day, never after `now`."""
+    return min(dt.datetime.combine(day + dt.timedelta(days=1), dt.time(0, 30), tzinfo=dt.UTC), now)
 
 
 def _total(value) -> int:  # noqa: ANN001 - an int or a count per kind
@@ -87,13 +107,17 @@ def run_demo(ctx: CommandContext) -> None:
 
     args = ctx.args
     _reset(ctx)
-    if not (ctx.home.root / "sessionize.yaml").exists() and ctx.config_path is None:
-        (ctx.home.root / "sessionize.yaml").write_text(DEMO_SETTINGS)
-        ctx.reload_settings()
+    start = demo_start(ctx.now, args.days)
+    own_settings = ctx.home.root / "sessionize.yaml"
+    if ctx.config_path is None or Path(ctx.config_path).resolve() == own_settings.resolve():
+        # The demo owns its home: its settings follow its dates (last load day: yesterday).
+        if not own_settings.exists() or own_settings.read_text().startswith("# Written by"):
+            own_settings.write_text(demo_settings(start))
+            ctx.reload_settings()
     landing = ctx.home.landing / "generated"
     summary = generate(
         landing,
-        start_date=DEMO_START,
+        start_date=start,
         days=args.days,
         events_per_day=args.events_per_day,
         seed=args.seed,
@@ -107,9 +131,9 @@ def run_demo(ctx: CommandContext) -> None:
     )
     tables = {n: ctx.table(n) for n in (EVENTS, INVALID_EVENTS, LOAD_LOG)}
     for offset in range(args.days):
-        day = DEMO_START + dt.timedelta(days=offset)
+        day = start + dt.timedelta(days=offset)
         folder = landing / f"load_date={day.isoformat()}"
-        now = dt.datetime.combine(day + dt.timedelta(days=1), dt.time(0, 30), tzinfo=dt.UTC)
+        now = load_day_now(day, ctx.now)
         print(f"\n=== load day {day} (now = {now:%Y-%m-%d %H:%M} UTC) ===")
         started = dt.datetime.now(dt.UTC)
         report = load_paths(
