@@ -144,6 +144,15 @@ def cmd_run(ctx: CommandContext) -> int:
     return int(report.exit_status)
 
 
+def cmd_maintain(ctx: CommandContext) -> int:
+    from sessionize_assets.commands.maintenance import maintain
+
+    hours = None if ctx.args.no_vacuum else ctx.args.vacuum_hours
+    with _exclusive(ctx, "maintain"):
+        _print(maintain(ctx, hours))
+    return 0
+
+
 def cmd_backfill(ctx: CommandContext) -> int:
     from sessionize_assets.pipeline import backfill_pipeline
 
@@ -372,6 +381,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_manifest)
 
     p = sub.add_parser(
+        "maintain",
+        help="compact every table (OPTIMIZE) and delete unreferenced old files (VACUUM), keeping "
+        "what the session models' change-feed reads still need",
+    )
+    p.add_argument(
+        "--vacuum-hours",
+        type=float,
+        default=168.0,
+        metavar="H",
+        help="delete files unreferenced for more than H hours (168, Delta's default); refused "
+        "when a reader still needs them",
+    )
+    p.add_argument("--no-vacuum", action="store_true", help="only compact")
+    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help=wait_help)
+    p.set_defaults(func=cmd_maintain)
+
+    p = sub.add_parser(
         "demo", help="generate data, land it day by day, run the pipeline after each load"
     )
     p.add_argument("--days", type=int, default=6)
@@ -401,7 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-QUIET_COMMANDS = {"run", "backfill", "demo", "verify"}
+QUIET_COMMANDS = {"run", "backfill", "demo", "verify", "maintain"}
 
 
 @contextlib.contextmanager

@@ -1,0 +1,89 @@
+"""`sessionize maintain`: compact every table (OPTIMIZE) and delete the files no version within the
+retention needs (VACUUM), never those a reader still needs (`core/maintenance.py`)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from sessionize_assets.commands.context import CommandContext
+from sessionize_assets.core.maintenance import (
+    DELTA_MINIMUM_HOURS,
+    OldVersionReader,
+    vacuum_refusal,
+)
+from sessionize_assets.errors import UserError
+from sessionize_assets.resources.delta import add_actions, delta_table, optimize, table_ref
+from sessionize_assets.resources.tables import FILTERED_EVENTS
+
+
+def delta_tables(warehouse: Path) -> list[Path]:
+    """The Delta tables in a warehouse folder, by name."""
+    if not warehouse.is_dir():
+        return []
+    return sorted(p for p in warehouse.iterdir() if (p / "_delta_log").is_dir())
+
+
+def files_on_disk(table: Path) -> int:
+    """Data and change-data files under a table folder (the log excluded)."""
+    return sum(
+        1 for p in table.rglob("*.parquet") if "_delta_log" not in p.relative_to(table).parts
+    )
+
+
+def old_version_readers(ctx: CommandContext) -> list[OldVersionReader]:
+    """The session models that will read filtered_events' change feed from an old version."""
+    from sessionize_assets.sessions.state import read_manifest
+
+    path = ctx.table(FILTERED_EVENTS)
+    table = delta_table(path)
+    if table is None:
+        return []
+    commits = {int(c["version"]): c.get("timestamp") for c in table.history()}
+    readers = []
+    for model, state in sorted(read_manifest(ctx.table).items()):
+        if state.consumed_version is None:
+            continue
+        first = state.consumed_version + 1
+        stamp = commits.get(first)
+        if stamp is None:  # caught up: nothing newer to read yet
+            continue
+        readers.append(
+            OldVersionReader(
+                table=FILTERED_EVENTS,
+                reader=f"session model `{model}` (its change data feed from version {first})",
+                since=dt.datetime.fromtimestamp(int(stamp) / 1000.0, dt.UTC),
+            )
+        )
+    return readers
+
+
+def maintain(ctx: CommandContext, vacuum_hours: float | None) -> list[str]:
+    """OPTIMIZE every table, then VACUUM it with `vacuum_hours` (None: no VACUUM). Refused before
+    any change when the retention would delete files a reader still needs."""
+    tables = delta_tables(Path(ctx.home.warehouse))
+    if not tables:
+        raise UserError(f"{ctx.home.warehouse} holds no tables yet: nothing to maintain.")
+    now = dt.datetime.now(dt.UTC)  # file ages are real ages, whatever --now says
+    if vacuum_hours is not None:
+        refusal = vacuum_refusal(vacuum_hours, old_version_readers(ctx), now)
+        if refusal is not None:
+            raise UserError(refusal)
+    spark = ctx.spark
+    if vacuum_hours is not None and vacuum_hours < DELTA_MINIMUM_HOURS:
+        # Delta refuses retentions under 7 days unless told; the command lock keeps other
+        # commands out and the readers were checked above.
+        spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    lines = []
+    for table in tables:
+        current_before = len(add_actions(str(table))[1])
+        disk_before = files_on_disk(table)
+        optimize(spark, str(table))
+        current_after = len(add_actions(str(table))[1])
+        line = f"{table.name}: {current_before} -> {current_after} files in the current version"
+        if vacuum_hours is not None:
+            spark.sql(f"VACUUM {table_ref(str(table))} RETAIN {vacuum_hours:g} HOURS").collect()
+            deleted = disk_before - files_on_disk(table)
+            line += f"; {deleted} unreferenced file(s) older than {vacuum_hours:g} h deleted"
+        lines.append(line)
+    return lines

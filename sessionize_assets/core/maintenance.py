@@ -1,0 +1,52 @@
+"""What `sessionize maintain` may delete: the VACUUM retention rule, in plain Python (no Spark).
+
+VACUUM deletes the data files (and change-data files) that no current table version references
+and that were removed longer ago than the retention. A reader that still needs an older version
+breaks when its files go. Here the one such reader is the session branch: each session model
+reads `filtered_events`' change data feed from the version after the one it consumed last
+(`incremental_manifest.consumed_version`), so the files of every version since that commit must
+stay. Nothing else reads old versions (the time-based branch, `verify` and `status` read the
+latest version, and a Delta time travel older than the retention is the user's own choice).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+DELTA_MINIMUM_HOURS = 168.0  # Delta's own retentionDurationCheck: 7 days
+
+
+@dataclass(frozen=True)
+class OldVersionReader:
+    """A reader that still needs `table`'s versions committed since `since`."""
+
+    table: str
+    reader: str  # e.g. "session model `sessions` (change data feed from version 42)"
+    since: dt.datetime
+
+
+def hours_needed(readers: Sequence[OldVersionReader], now: dt.datetime) -> float:
+    """The smallest retention (hours) that keeps what every reader still needs (0: none)."""
+    ages = [(now - r.since).total_seconds() / 3600.0 for r in readers]
+    return max([0.0, *ages])
+
+
+def vacuum_refusal(
+    retention_hours: float, readers: Sequence[OldVersionReader], now: dt.datetime
+) -> str | None:
+    """One sentence when VACUUM with this retention would delete files a reader still needs
+    (None: safe). Negative retentions are refused too."""
+    if retention_hours < 0:
+        return f"--vacuum-hours must be 0 or more, not {retention_hours:g}."
+    for reader in sorted(readers, key=lambda r: r.since):
+        age = (now - reader.since).total_seconds() / 3600.0
+        if retention_hours < age:
+            return (
+                f"VACUUM of {reader.table} with a retention of {retention_hours:g} hours would "
+                f"delete files that {reader.reader} still reads (committed {age:.1f} hours ago); "
+                f"run the pipeline first, or use --vacuum-hours {math.ceil(age) + 1} or more."
+            )
+    return None

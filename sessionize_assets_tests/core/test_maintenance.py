@@ -1,0 +1,25 @@
+"""The VACUUM retention rule: never delete what a reader of old versions still needs."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sessionize_assets.core.maintenance import OldVersionReader, hours_needed, vacuum_refusal
+
+NOW = dt.datetime(2024, 3, 10, 12, tzinfo=dt.UTC)
+READER = OldVersionReader(
+    table="filtered_events",
+    reader="session model `sessions` (its change data feed from version 7)",
+    since=NOW - dt.timedelta(hours=30),
+)
+
+
+def test_a_retention_shorter_than_the_oldest_read_is_refused_naming_the_reader() -> None:
+    assert hours_needed([READER], NOW) == 30.0
+    refusal = vacuum_refusal(29.5, [READER], NOW)
+    assert refusal is not None
+    assert "session model `sessions`" in refusal and "30.0 hours ago" in refusal
+    assert "--vacuum-hours 31 or more" in refusal
+    assert vacuum_refusal(30.0, [READER], NOW) is None
+    assert vacuum_refusal(0, [], NOW) is None and hours_needed([], NOW) == 0.0
+    assert vacuum_refusal(-1, [], NOW) == "--vacuum-hours must be 0 or more, not -1."
