@@ -69,11 +69,34 @@ def maintain(ctx: CommandContext, vacuum_hours: float | None) -> list[str]:
         refusal = vacuum_refusal(vacuum_hours, old_version_readers(ctx), now)
         if refusal is not None:
             raise UserError(refusal)
+    from sessionize_assets.sessions.frames import default_parallelism
+
     spark = ctx.spark
+    confs = {
+        # VACUUM lists a table's folders in one Spark job of up to this many tasks (10,000 by
+        # default: minutes of task overhead per table on a small machine); the cores suffice.
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(
+            max(2, 2 * default_parallelism(spark))
+        ),
+    }
     if vacuum_hours is not None and vacuum_hours < DELTA_MINIMUM_HOURS:
         # Delta refuses retentions under 7 days unless told; the command lock keeps other
         # commands out and the readers were checked above.
-        spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+        confs["spark.databricks.delta.retentionDurationCheck.enabled"] = "false"
+    previous = {key: spark.conf.get(key, None) for key in confs}
+    for key, value in confs.items():
+        spark.conf.set(key, value)
+    try:
+        return _maintain_tables(spark, tables, vacuum_hours)
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+def _maintain_tables(spark, tables: list[Path], vacuum_hours: float | None) -> list[str]:  # noqa: ANN001
     lines = []
     for table in tables:
         current_before = len(add_actions(str(table))[1])
