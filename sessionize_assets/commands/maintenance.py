@@ -69,7 +69,7 @@ def maintain(ctx: CommandContext, vacuum_hours: float | None) -> list[str]:
         refusal = vacuum_refusal(vacuum_hours, old_version_readers(ctx), now)
         if refusal is not None:
             raise UserError(refusal)
-    from sessionize_assets.sessions.frames import default_parallelism
+    from sessionize_assets.sessions.frames import default_parallelism, temporary_conf
 
     spark = ctx.spark
     confs = {
@@ -83,17 +83,8 @@ def maintain(ctx: CommandContext, vacuum_hours: float | None) -> list[str]:
         # Delta refuses retentions under 7 days unless told; the command lock keeps other
         # commands out and the readers were checked above.
         confs["spark.databricks.delta.retentionDurationCheck.enabled"] = "false"
-    previous = {key: spark.conf.get(key, None) for key in confs}
-    for key, value in confs.items():
-        spark.conf.set(key, value)
-    try:
+    with temporary_conf(spark, confs):
         return _maintain_tables(spark, tables, vacuum_hours)
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
 
 
 def _maintain_tables(spark, tables: list[Path], vacuum_hours: float | None) -> list[str]:  # noqa: ANN001

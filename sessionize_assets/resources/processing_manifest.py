@@ -101,39 +101,31 @@ log = logging.getLogger(__name__)
 _ONE_MICROSECOND = dt.timedelta(microseconds=1)
 
 
+# The table's columns: (name, type, nullable), the one list both schemas below come from.
+_FIELDS = (
+    ("record_id", "string", False),
+    ("item_id", "string", False),
+    ("application", "string", False),
+    ("state", "string", False),
+    ("run_id", "string", False),
+    ("previous_record_id", "string", True),
+    ("payload", "string", True),
+    ("time", "timestamp", False),
+    ("item_bucket", "int", False),
+)
+
+
 def _spark_schema():  # noqa: ANN202 - pyspark types are imported lazily
     from pyspark.sql import types as T
 
-    return T.StructType(
-        [
-            T.StructField("record_id", T.StringType(), False),
-            T.StructField("item_id", T.StringType(), False),
-            T.StructField("application", T.StringType(), False),
-            T.StructField("state", T.StringType(), False),
-            T.StructField("run_id", T.StringType(), False),
-            T.StructField("previous_record_id", T.StringType(), True),
-            T.StructField("payload", T.StringType(), True),
-            T.StructField("time", T.TimestampType(), False),
-            T.StructField("item_bucket", T.IntegerType(), False),
-        ]
-    )
+    kinds = {"string": T.StringType(), "timestamp": T.TimestampType(), "int": T.IntegerType()}
+    return T.StructType([T.StructField(n, kinds[k], nullable) for n, k, nullable in _FIELDS])
 
 
 def _arrow_records(records: Iterable[Record]) -> pa.Table:
     """Records as rows of the table (the schema Spark created it with)."""
-    schema = pa.schema(
-        [
-            pa.field("record_id", pa.string(), False),
-            pa.field("item_id", pa.string(), False),
-            pa.field("application", pa.string(), False),
-            pa.field("state", pa.string(), False),
-            pa.field("run_id", pa.string(), False),
-            pa.field("previous_record_id", pa.string(), True),
-            pa.field("payload", pa.string(), True),
-            pa.field("time", pa.timestamp("us", tz="UTC"), False),
-            pa.field("item_bucket", pa.int32(), False),
-        ]
-    )
+    kinds = {"string": pa.string(), "timestamp": pa.timestamp("us", tz="UTC"), "int": pa.int32()}
+    schema = pa.schema([pa.field(n, kinds[k], nullable) for n, k, nullable in _FIELDS])
     return pa.Table.from_pylist(
         [
             {

@@ -63,6 +63,13 @@ def small_query_conf(spark: SparkSession, enabled: bool) -> Iterator[None]:
         "spark.sql.adaptive.enabled": "false",
         "spark.sql.shuffle.partitions": str(max(1, default_parallelism(spark))),
     }
+    with temporary_conf(spark, wanted):
+        yield
+
+
+@contextmanager
+def temporary_conf(spark: SparkSession, wanted: dict[str, str]) -> Iterator[None]:
+    """Set session settings for the block; put the previous values back afterwards."""
     before = {k: spark.conf.get(k, None) for k in wanted}
     for k, v in wanted.items():
         spark.conf.set(k, v)
