@@ -35,7 +35,6 @@ from sessionize_assets.core.late_days import (
 from sessionize_assets.core.lateness import load_day_metadata
 from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE
 from sessionize_assets.ingest.load_days import EMPTY_FINGERPRINT
-from sessionize_assets.metadata import dagster_metadata
 from sessionize_assets.resources import shared_reads
 from sessionize_assets.resources.delta import (
     add_actions,
@@ -69,9 +68,6 @@ class StepResult:
     metadata: dict[str, Any] = field(default_factory=dict)
     used_spark: bool = False
     facts: dict[str, Any] = field(default_factory=dict)
-
-    def dagster_metadata(self) -> dict[str, Any]:
-        return dagster_metadata(self.metadata)
 
 
 def _limits_metadata(state: TimeBasedState, settings: Settings, now: dt.datetime) -> dict[str, Any]:
