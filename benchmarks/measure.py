@@ -108,18 +108,20 @@ class MemorySampler:
             self._thread.join(timeout=2)
 
 
+def hwm(pid: int) -> int:
+    """A process's peak RSS (VmHWM, Linux; 0 when unknown)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def high_water_marks() -> dict[str, int]:
     """Peak RSS (VmHWM, Linux) of this process and each live descendant, by kind."""
     out = {"python": 0, "jvm": 0, "other": 0}
-
-    def hwm(pid: int) -> int:
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-        except OSError:
-            pass
-        return 0
 
     me = psutil.Process()
     out["python"] = hwm(me.pid)
@@ -134,13 +136,7 @@ def high_water_marks() -> dict[str, int]:
 
 def hwm_of(processes: Sequence[psutil.Process]) -> int:
     """Peak RSS (VmHWM) over the processes' lifetimes, summed (a warm engine's since its start)."""
-    total = 0
-    for process in processes:
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            for line in Path(f"/proc/{process.pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    total += int(line.split()[1]) * 1024
-    return total
+    return sum(hwm(process.pid) for process in processes)
 
 
 def cpu_seconds(roots: Sequence[psutil.Process] = ()) -> dict[str, float]:

@@ -41,12 +41,12 @@ def vacuum_refusal(
     (None: safe). Negative retentions are refused too."""
     if retention_hours < 0:
         return f"--vacuum-hours must be 0 or more, not {retention_hours:g}."
-    for reader in sorted(readers, key=lambda r: r.since):
-        age = (now - reader.since).total_seconds() / 3600.0
-        if retention_hours < age:
-            return (
-                f"VACUUM of {reader.table} with a retention of {retention_hours:g} hours would "
-                f"delete files that {reader.reader} still reads (committed {age:.1f} hours ago); "
-                f"run the pipeline first, or use --vacuum-hours {math.ceil(age) + 1} or more."
-            )
+    if readers and retention_hours < hours_needed(readers, now):
+        reader = min(readers, key=lambda r: r.since)  # the oldest read decides
+        age = hours_needed([reader], now)
+        return (
+            f"VACUUM of {reader.table} with a retention of {retention_hours:g} hours would "
+            f"delete files that {reader.reader} still reads (committed {age:.1f} hours ago); "
+            f"run the pipeline first, or use --vacuum-hours {math.ceil(age) + 1} or more."
+        )
     return None

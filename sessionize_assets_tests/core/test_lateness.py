@@ -66,6 +66,6 @@ def test_lateness_lines_show_the_summary_and_the_matrix() -> None:
         line for line in lines[lines.index(header) :] if line.strip().startswith("2024-03-11")
     )
     assert row.split() == ["2024-03-11", "1", "50", "0", "0", "0"]
-    # Only the last N load days; nothing at all says so.
+    # Only the last N load days are shown: with N = 1, load day 03-10 is left out.
     assert sum(line.strip().startswith("2024-03-10") for line in lateness_lines(COUNTS, 1)) == 0
     assert lateness_lines({}) == ["lateness: no rows in filtered_events yet"]
