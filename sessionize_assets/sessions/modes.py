@@ -20,12 +20,15 @@ The DataFrame transforms they use are in `core.sessionize`; the lifecycle row ru
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from functools import reduce
+from typing import Protocol
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from sessionize_assets.core import read_spans
 from sessionize_assets.core import sessionize as core
 from sessionize_assets.core.clock import from_micros
 from sessionize_assets.core.run_limits import RunLimits
@@ -125,16 +128,42 @@ def side_part(df: DataFrame, table: str) -> DataFrame:
     )
 
 
-def _bounds(
-    ranges: DataFrame, *extra: Column
-) -> tuple[dt.datetime | None, dt.datetime | None, list[Any]]:
-    """The read ranges' overall [lo, hi] (None: no range) and the `extra` aggregates, one pass."""
-    stats = ranges.agg(
-        F.min(core._micros("_read_lo")).alias("lo"),
-        F.max(core._micros("_read_hi")).alias("hi"),
-        *extra,
-    ).collect()[0]
-    return from_micros(stats["lo"]), from_micros(stats["hi"]), list(stats)[2:]
+def _read_spans(ranges: DataFrame, *extra: Column) -> tuple[list[tuple[int, int]], list[int]]:
+    """The read ranges covered by a few disjoint spans (`core.read_spans`; microseconds, empty:
+    no range) and the sums of the integer `extra` aggregates, in one job. The ranges are widened
+    to whole hours in Spark first, so few rows reach the driver whatever the number of sessions."""
+    hour = read_spans.MICROS_PER_HOUR
+    lo = (F.floor(core._micros("_read_lo") / hour) * hour).cast("long")
+    hi = ((F.floor(core._micros("_read_hi") / hour) + 1) * hour).cast("long")
+    rows = (
+        ranges.filter(F.col("_read_lo").isNotNull() & F.col("_read_hi").isNotNull())
+        .groupBy(lo.alias("_lo"), hi.alias("_hi"))
+        .agg(F.count(F.lit(1)).alias("_n"), *extra)
+        .collect()
+    )
+    spans = read_spans.covering_spans((int(r["_lo"]), int(r["_hi"])) for r in rows)
+    sums = [sum(int(r[i + 3] or 0) for r in rows) for i in range(len(extra))]
+    return spans, sums
+
+
+def spans_filter(
+    spans: list[tuple[int, int]],
+    within: Callable[[dt.datetime, dt.datetime], Column],
+    upper: dt.datetime | None = None,
+) -> Column | None:
+    """Rows inside any span: `within(lo, hi)` per span, OR-ed; with `upper`, spans are cut there
+    and those starting after it dropped. None: no span left."""
+    parts = []
+    for lo, hi in spans:
+        start, end = from_micros(lo), from_micros(hi)
+        if upper is not None:
+            if start > upper:
+                continue
+            end = min(end, upper)
+        parts.append(within(start, end))
+    if not parts:
+        return None
+    return reduce(lambda a, b: a | b, parts)
 
 
 class IdMode:
@@ -165,15 +194,13 @@ class IdMode:
             ),
         )
         ranges = localize(spark, core.id_read_ranges(changed, old_lifecycle, settings))
-        lo, hi, (known,) = _bounds(ranges, F.sum(F.col("_is_known").cast("int")).alias("known"))
-        if lo is None:  # nothing usable changed
+        spans, (known,) = _read_spans(ranges, F.sum(F.col("_is_known").cast("int")).alias("known"))
+        inside = spans_filter(spans, lambda lo, hi: window_filter(settings, lo, hi), upper)
+        if inside is None:  # nothing usable changed (or only after the upper limit)
             read = changed.select(*core.PREPARED_COLUMNS).limit(0)
         else:
             columns = core.source_columns(settings, snapshot.columns)
-            events = core.prepare_events(
-                snapshot.filter(window_filter(settings, lo, min(hi, upper))).select(*columns),
-                settings,
-            )
+            events = core.prepare_events(snapshot.filter(inside).select(*columns), settings)
             read = (
                 events.join(ranges, core.SESSION_KEY, "inner")
                 .filter(F.col(core.SESSION_TS).between(F.col("_read_lo"), F.col("_read_hi")))
@@ -252,9 +279,12 @@ class GapMode:
         old_lifecycle = localize(
             spark, core.overlapping(lifecycle, self._user_ranges(ranges), on=["user_identifier"])
         )
-        lo, hi, _ = _bounds(ranges)
+        spans, _ = _read_spans(ranges)
+        inside = spans_filter(
+            spans, lambda lo, hi: F.col("derived_tstamp").between(F.lit(lo), F.lit(hi))
+        )
         lifecycle_rows = old_lifecycle.count()
-        if lo is None:  # nothing usable changed
+        if inside is None:  # nothing usable changed (or only after the upper limit)
             read = (
                 changed.select(*core.PREPARED_COLUMNS)
                 .limit(0)
@@ -262,12 +292,7 @@ class GapMode:
             )
         else:
             columns = core.source_columns(settings, snapshot.columns)
-            events = core.prepare_events(
-                snapshot.filter(F.col("derived_tstamp").between(F.lit(lo), F.lit(hi))).select(
-                    *columns
-                ),
-                settings,
-            )
+            events = core.prepare_events(snapshot.filter(inside).select(*columns), settings)
             read = (
                 events.join(ranges, core.USER_KEY, "inner")
                 .filter(F.col("derived_tstamp").between(F.col("_read_lo"), F.col("_read_hi")))

@@ -190,3 +190,56 @@ def test_a_vacuumed_change_feed_means_a_full_rebuild(spark, tmp_path):
     assert sessions.touched == 5
     report = verify_sessions(lake_for(home, s, "2021-01-02T00:00:00"), spark)
     assert report.ok, "\n".join(report.lines())
+
+
+def files_read(df) -> int:
+    """Files the scans of `df`'s executed plan opened (run it first)."""
+    plan = df._jdf.queryExecution().executedPlan()
+    total = 0
+
+    def walk(node) -> None:
+        nonlocal total
+        name = node.getClass().getSimpleName()
+        if name == "FileSourceScanExec":
+            total += int(node.metrics().apply("numFiles").value())
+        if name.endswith("QueryStageExec"):
+            walk(node.plan())
+        if name == "AdaptiveSparkPlanExec":
+            walk(node.finalPhysicalPlan())
+        children = node.children()
+        for i in range(children.size()):
+            walk(children.apply(i))
+
+    walk(plan)
+    return total
+
+
+def test_the_read_opens_the_touched_sessions_days_not_the_days_between(spark, tmp_path):
+    """Touched sessions on day 2 and day 22 of 24: the session read opens those two days' files
+    (Delta skips the others on their timestamp statistics), where one span from the earliest to
+    the latest range opened 21."""
+    from sessionize_assets.core.read_spans import covering_spans
+    from sessionize_assets.resources.delta import read_version
+    from sessionize_assets.sessions.frames import window_filter
+    from sessionize_assets.sessions.modes import spans_filter
+
+    s = make_settings(start_date=DAY0.isoformat())
+    days = [DAY0 + dt.timedelta(days=i) for i in range(24)]
+    write_load_days(spark, tmp_path, {d: daily_activity(d) for d in days})
+    snapshot = read_version(spark, Home(tmp_path).table(FILTERED_EVENTS))
+
+    def micros(day: int, hour: int) -> int:
+        when = dt.datetime.combine(days[day], dt.time(hour), tzinfo=dt.UTC)
+        return (when - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+
+    ranges = [(micros(2, 8), micros(2, 9)), (micros(22, 19), micros(22, 20))]
+    upper = utc("2021-02-01T00:00:00")
+    spans = covering_spans(ranges)
+    narrow = snapshot.filter(spans_filter(spans, lambda a, b: window_filter(s, a, b), upper))
+    from sessionize_assets.core.clock import from_micros
+
+    wide = snapshot.filter(window_filter(s, from_micros(spans[0][0]), from_micros(spans[-1][1])))
+    assert len(narrow.collect()) == 2 * 4 * 3  # the two sessions' hours: 4 events of 3 users each
+    assert files_read(narrow) == 2
+    assert len(wide.collect()) > 20 * 24
+    assert files_read(wide) == 21

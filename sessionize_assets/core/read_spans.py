@@ -1,0 +1,44 @@
+"""Which stretches of time a session run must read (plain Python, no Spark).
+
+The session branch recomputes the sessions a run touched, each from the events in its own read
+range. Reading `filtered_events` between the earliest and the latest of those ranges reads every
+event day in between: one late event of a three-week-old session made the run read three weeks.
+Instead the ranges are covered by a few disjoint spans, and the read asks for events inside any
+span; Delta skips the files (one per load day and event day) whose timestamps lie outside them.
+
+The spans only decide which files are opened: every row read is still joined with its session's
+exact range, so a span may be wider than the ranges it covers, never narrower.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+MICROS_PER_HOUR = 3_600_000_000
+
+# Few enough that the filter stays a short OR the planner and Delta's file skipping handle well.
+MAX_SPANS = 32
+
+
+def covering_spans(
+    ranges: Iterable[tuple[int, int]], max_spans: int = MAX_SPANS
+) -> list[tuple[int, int]]:
+    """Disjoint `[lo, hi]` spans (sorted) that together contain every `[lo, hi]` of `ranges`,
+    at most `max_spans` of them: overlapping or touching ranges merge, then the spans separated
+    by the smallest gaps merge until few enough remain."""
+    if max_spans < 1:
+        raise ValueError("max_spans must be at least 1")
+    spans: list[list[int]] = []
+    for lo, hi in sorted((min(a, b), max(a, b)) for a, b in ranges):
+        if spans and lo <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], hi)
+        else:
+            spans.append([lo, hi])
+    while len(spans) > max_spans:
+        gaps = [(spans[i + 1][0] - spans[i][1], i) for i in range(len(spans) - 1)]
+        # close every gap as small as the smallest one still needed to get under the limit
+        closing = sorted(gaps)[: len(spans) - max_spans]
+        for _, i in sorted(closing, key=lambda g: g[1], reverse=True):
+            spans[i][1] = spans[i + 1][1]
+            del spans[i + 1]
+    return [(lo, hi) for lo, hi in spans]
