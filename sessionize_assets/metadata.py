@@ -61,19 +61,13 @@ def partition_metadata(values: Mapping[str, Any], partition_keys: Sequence[str])
     )
 
 
-def column_schema(schema: Any) -> Any:
-    """`dagster/column_schema` of a table, from a Spark DDL string (`"a string, b long"`) or a
-    pyarrow schema: the column names and types the UI shows on the asset."""
-    from dagster import TableColumn, TableSchema
+def schema_metadata(table: str, settings: Any = None) -> dict[str, Any]:
+    """Definition metadata of a table asset: its `dagster/column_schema` from the table catalog
+    (the columns docs/tables.md lists); none for a table whose columns the catalog cannot know
+    from the settings (configured attributes)."""
+    from sessionize_assets import table_catalog
 
-    if isinstance(schema, str):
-        pairs = [part.strip().split(None, 1) for part in schema.split(",") if part.strip()]
-        columns = [TableColumn(name=name, type=kind.strip()) for name, kind in pairs]
-    else:
-        columns = [TableColumn(name=f.name, type=str(f.type)) for f in schema]
-    return TableSchema(columns=columns)
-
-
-def schema_metadata(schema: Any) -> dict[str, Any]:
-    """Definition metadata of a table asset with a fixed schema."""
-    return {"dagster/column_schema": column_schema(schema)}
+    try:
+        return {"dagster/column_schema": table_catalog.column_schema(table, settings)}
+    except ValueError:
+        return {}

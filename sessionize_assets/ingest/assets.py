@@ -7,6 +7,7 @@ import datetime as dt
 from dagster import AssetMaterialization, AssetSpec, DagsterInstance, MetadataValue
 
 from sessionize_assets.ingest.loader import LoadReport
+from sessionize_assets.metadata import schema_metadata
 from sessionize_assets.partitions import daily_partitions
 from sessionize_assets.settings import Settings
 
@@ -26,6 +27,7 @@ def build_assets(settings: Settings) -> list[AssetSpec]:
             metadata={
                 "partition column": "load_date",
                 "written by": "sessionize load, or any Delta writer",
+                **schema_metadata("events"),
             },
             kinds={"spark", "delta"},
         ),
@@ -34,6 +36,7 @@ def build_assets(settings: Settings) -> list[AssetSpec]:
             partitions_def=partitions,
             group_name=GROUP,
             description="Rows that could not be used, with their load day, the reason and the raw text.",
+            metadata=schema_metadata("invalid_events"),
             kinds={"spark", "delta"},
         ),
     ]

@@ -36,14 +36,7 @@ from sessionize_assets.sessions.outcome import SessionRunOutcome
 from sessionize_assets.sessions.run import run_session_models
 from sessionize_assets.sessions.state import ModelState, enabled_models
 from sessionize_assets.sessions.tables import (
-    LIFECYCLE_SCHEMA,
-    MANIFEST_SCHEMA,
-    QUARANTINED_SCHEMA,
-    SESSIONS_SCHEMA,
-    SUPERSEDED_SCHEMA,
     USER_SESSION_STATS,
-    USER_SESSION_STATS_SCHEMA,
-    USERS_SCHEMA,
 )
 from sessionize_assets.settings import Settings
 
@@ -69,7 +62,7 @@ def build_assets(
         AssetSpec(
             SESSIONS,
             deps=[FILTERED_EVENTS],
-            metadata=schema_metadata(SESSIONS_SCHEMA),
+            metadata=schema_metadata(SESSIONS),
             group_name=GROUP,
             kinds={"spark", "delta"},
             description="One row per session (SPEC section 6), kept current incrementally.",
@@ -77,7 +70,7 @@ def build_assets(
         AssetSpec(
             USERS,
             deps=[SESSIONS],
-            metadata=schema_metadata(USERS_SCHEMA),
+            metadata=schema_metadata(USERS),
             group_name=GROUP,
             kinds={"spark", "delta"},
             description="One row per non-null user, from their sessions.",
@@ -88,7 +81,7 @@ def build_assets(
             AssetSpec(
                 USER_SESSION_STATS,
                 deps=[SESSIONS],
-                metadata=schema_metadata(USER_SESSION_STATS_SCHEMA),
+                metadata=schema_metadata(USER_SESSION_STATS),
                 group_name=GROUP,
                 kinds={"spark", "delta"},
                 description="Per-user session-duration statistics (an example extra session model).",
@@ -98,7 +91,7 @@ def build_assets(
         AssetSpec(
             SESSIONS_LIFECYCLE_MANIFEST,
             deps=[FILTERED_EVENTS],
-            metadata=schema_metadata(LIFECYCLE_SCHEMA),
+            metadata=schema_metadata(SESSIONS_LIFECYCLE_MANIFEST),
             group_name=GROUP,
             kinds={"spark", "delta"},
             description="Per session: id, user, start and end, quarantined -- finds the sessions new events touch.",
@@ -106,7 +99,7 @@ def build_assets(
         AssetSpec(
             QUARANTINED_SESSIONS,
             deps=[SESSIONS_LIFECYCLE_MANIFEST],
-            metadata=schema_metadata(QUARANTINED_SCHEMA),
+            metadata=schema_metadata(QUARANTINED_SESSIONS),
             group_name=GROUP,
             kinds={"spark", "delta"},
             description="Sessions capped at max_session_days.",
@@ -114,7 +107,7 @@ def build_assets(
         AssetSpec(
             SUPERSEDED_SESSIONS,
             deps=[SESSIONS],
-            metadata=schema_metadata(SUPERSEDED_SCHEMA),
+            metadata=schema_metadata(SUPERSEDED_SESSIONS),
             group_name=GROUP,
             kinds={"spark", "delta"},
             description="gap mode: session ids that stopped existing (old id -> new id, reason).",
@@ -122,7 +115,7 @@ def build_assets(
         AssetSpec(
             INCREMENTAL_MANIFEST,
             deps=[m for m in models],
-            metadata=schema_metadata(MANIFEST_SCHEMA),
+            metadata=schema_metadata(INCREMENTAL_MANIFEST),
             group_name=GROUP,
             kinds={"delta"},
             description="Per session model: last_success, consumed filtered_events version, processed-through limit.",

@@ -34,7 +34,7 @@ from sessionize_assets.time_based.steps import (
     filtered_events_step,
     manifest_step,
 )
-from sessionize_assets.time_based.tables import DECISIONS_SCHEMA, MANIFEST_SCHEMA, TimeBasedTables
+from sessionize_assets.time_based.tables import TimeBasedTables
 
 GROUP = "time_based"
 
@@ -89,6 +89,7 @@ def build_assets(settings: Settings) -> list[AssetsDefinition]:
 
     @asset(
         name="filtered_events",
+        metadata=schema_metadata("filtered_events", settings),
         partitions_def=daily,
         deps=[AssetDep("events")],
         backfill_policy=policy,
@@ -119,7 +120,7 @@ def build_assets(settings: Settings) -> list[AssetsDefinition]:
 
     @asset(
         name="days_to_process",
-        metadata=schema_metadata(DECISIONS_SCHEMA),
+        metadata=schema_metadata("days_to_process"),
         partitions_def=daily,
         deps=[AssetDep("filtered_events")],
         backfill_policy=policy,
@@ -143,6 +144,7 @@ def build_assets(settings: Settings) -> list[AssetsDefinition]:
 
     @asset(
         name="daily_aggregates",
+        metadata=schema_metadata("daily_aggregates", settings),
         partitions_def=daily,
         deps=[
             AssetDep("filtered_events", partition_mapping=lineage),
@@ -175,7 +177,7 @@ def build_assets(settings: Settings) -> list[AssetsDefinition]:
 
     @asset(
         name="daily_aggregation_manifest",
-        metadata=schema_metadata(MANIFEST_SCHEMA),
+        metadata=schema_metadata("daily_aggregation_manifest"),
         deps=[AssetDep("days_to_process"), AssetDep("daily_aggregates")],
         group_name=GROUP,
         kinds={"delta"},
@@ -187,6 +189,7 @@ def build_assets(settings: Settings) -> list[AssetsDefinition]:
 
     @asset(
         name="attributes",
+        metadata=schema_metadata("attributes", settings),
         deps=[AssetDep("daily_aggregates")],
         group_name=GROUP,
         kinds={"spark", "delta"},
