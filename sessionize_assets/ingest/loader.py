@@ -21,6 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from sessionize_assets import faults
 from sessionize_assets.core import validate
 from sessionize_assets.core.clock import midnight
 from sessionize_assets.core.schema import (
@@ -431,16 +432,18 @@ def land_batch(
             )
             if not table_exists(spark, events_path):
                 writer = writer.option("delta.enableChangeDataFeed", "true")
-            writer.options(**txn).save(events_path)
+            with faults.commit_of(events_path):
+                writer.options(**txn).save(events_path)
         invalid = [
             f.invalid
             for f, r in zip(files, results, strict=True)
             if r.rows_invalid and f.load_id not in skip_invalid
         ]
         if invalid:
-            _union(invalid).write.format("delta").mode("append").partitionBy(LOAD_DATE).options(
-                **txn
-            ).save(tables[INVALID_EVENTS])
+            with faults.commit_of(tables[INVALID_EVENTS]):
+                _union(invalid).write.format("delta").mode("append").partitionBy(LOAD_DATE).options(
+                    **txn
+                ).save(tables[INVALID_EVENTS])
     finally:
         for f in files:
             f.typed.unpersist()
@@ -459,9 +462,10 @@ def land_batch(
         )
         for f, r in zip(files, results, strict=True)
     ]
-    spark.createDataFrame(log_rows, LOAD_LOG_SCHEMA).write.format("delta").mode("append").save(
-        tables[LOAD_LOG]
-    )
+    with faults.commit_of(tables[LOAD_LOG]):
+        spark.createDataFrame(log_rows, LOAD_LOG_SCHEMA).write.format("delta").mode("append").save(
+            tables[LOAD_LOG]
+        )
     return results
 
 

@@ -18,6 +18,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from sessionize_assets import faults
+
 # --------------------------------------------------------------------- the Delta log (delta-rs)
 
 
@@ -162,17 +164,18 @@ def replace_partitions(
     """Replace exactly the rows of `days` (in partition column `column`) with `df` (Spark)."""
     del spark
     writer = df.write.format("delta").option("mergeSchema", "true")
-    if not exists(path):
-        for key, value in (properties or {}).items():
-            writer = writer.option(key, value)
-        writer.mode("append").partitionBy(*partition_by).save(path)
-        return
-    (
-        writer.mode("overwrite")
-        .option("partitionOverwriteMode", "static")
-        .option("replaceWhere", in_list(column, days))
-        .save(path)
-    )
+    with faults.commit_of(path):
+        if not exists(path):
+            for key, value in (properties or {}).items():
+                writer = writer.option(key, value)
+            writer.mode("append").partitionBy(*partition_by).save(path)
+            return
+        (
+            writer.mode("overwrite")
+            .option("partitionOverwriteMode", "static")
+            .option("replaceWhere", in_list(column, days))
+            .save(path)
+        )
 
 
 def merge(spark: SparkSession, path: str, source: DataFrame, key: str, schema: str) -> None:
@@ -180,26 +183,29 @@ def merge(spark: SparkSession, path: str, source: DataFrame, key: str, schema: s
     write of a table is a plain write. (Delta SQL: works over Spark Connect too.)"""
     columns = [c for c, _ in schema_pairs(schema)]
     if delta_version(path) is None:
-        source.filter(~F.col("_delete")).select(*columns).write.format("delta").mode("append").save(
-            path
-        )
+        with faults.commit_of(path):
+            source.filter(~F.col("_delete")).select(*columns).write.format("delta").mode(
+                "append"
+            ).save(path)
         return
     names = ", ".join(f"`{c}`" for c in columns)
     values = ", ".join(f"s.`{c}`" for c in columns)
     updates = ", ".join(f"`{c}` = s.`{c}`" for c in columns)
-    merge_into(
-        spark,
-        path,
-        source,
-        f"ON t.`{key}` = s.`{key}` "
-        "WHEN MATCHED AND s._delete THEN DELETE "
-        f"WHEN MATCHED THEN UPDATE SET {updates} "
-        f"WHEN NOT MATCHED AND NOT s._delete THEN INSERT ({names}) VALUES ({values})",
-    )
+    with faults.commit_of(path):
+        merge_into(
+            spark,
+            path,
+            source,
+            f"ON t.`{key}` = s.`{key}` "
+            "WHEN MATCHED AND s._delete THEN DELETE "
+            f"WHEN MATCHED THEN UPDATE SET {updates} "
+            f"WHEN NOT MATCHED AND NOT s._delete THEN INSERT ({names}) VALUES ({values})",
+        )
 
 
 def overwrite(df: DataFrame, path: str) -> None:
-    df.write.format("delta").mode("overwrite").save(path)
+    with faults.commit_of(path):
+        df.write.format("delta").mode("overwrite").save(path)
 
 
 # ------------------------------------------------------------ small tables (delta-rs writes)
@@ -227,9 +233,10 @@ def append_at_version(table: Any, data: pa.Table) -> None:
     writer (delta-rs or Spark) committed since -- no retry, the caller re-reads and decides."""
     from deltalake import CommitProperties, write_deltalake
 
-    write_deltalake(
-        table, data, mode="append", commit_properties=CommitProperties(max_commit_retries=0)
-    )
+    with faults.commit_of(table.table_uri):
+        write_deltalake(
+            table, data, mode="append", commit_properties=CommitProperties(max_commit_retries=0)
+        )
 
 
 def replace_small(
@@ -259,7 +266,8 @@ def replace_small(
         else:
             write_deltalake(path, data, mode="overwrite", predicate=predicate)
 
-    committed(write)
+    with faults.commit_of(path):
+        committed(write)
 
 
 def upsert_small(path: str, rows: Sequence[Mapping[str, Any]], schema: pa.Schema, key: str) -> None:
@@ -280,7 +288,8 @@ def upsert_small(path: str, rows: Sequence[Mapping[str, Any]], schema: pa.Schema
             .execute()
         )
 
-    committed(write)
+    with faults.commit_of(path):
+        committed(write)
 
 
 # ------------------------------------------- SQL forms (the same over Spark Connect and locally)

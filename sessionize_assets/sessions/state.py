@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+from sessionize_assets import faults
 from sessionize_assets.core.clock import as_utc_or_none, midnight
 from sessionize_assets.core.run_limits import ConsumedState, LakeState, RunLimits, run_limits
 from sessionize_assets.resources.delta import delta_version, newest_value, read_small_table
@@ -96,7 +97,8 @@ def write_manifest(path: str, states: dict[str, ModelState]) -> None:
             "updated_at": pa.array([s.updated_at for s in ordered], ts),
         }
     )
-    write_deltalake(path, table, mode="overwrite")
+    with faults.commit_of(path):
+        write_deltalake(path, table, mode="overwrite")
 
 
 def lake_state(settings: Settings, table_path: TablePath) -> LakeState:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from sessionize_assets import faults
 from sessionize_assets.core import sessionize as core
 from sessionize_assets.core.clock import from_micros
 from sessionize_assets.core.run_limits import RunLimits
@@ -88,8 +89,11 @@ def replace_sessions(
         .agg(F.min("start_tstamp").alias("_from"))
     )
     users = localize(spark, users)
+    # The recomputed sessions replace their stored rows whatever the replaced ids say: after a run
+    # killed between its sessions and lifecycle commits, the table already holds some of them.
+    recomputed = replaced.unionByName(new.select("session_identifier"))
     user_rows = target.join(users, "user_identifier", "inner").join(
-        replaced, "session_identifier", "left_anti"
+        recomputed, "session_identifier", "left_anti"
     )
     earlier = (
         user_rows.filter(F.col("start_tstamp") < F.col("_from"))
@@ -278,9 +282,10 @@ def write_side_tables(
             QUARANTINED_SCHEMA,
         )
     elif added_n:
-        quarantine.select(*[c for c, _ in schema_pairs(QUARANTINED_SCHEMA)]).write.format(
-            "delta"
-        ).mode("append").save(q_path)
+        with faults.commit_of(q_path):
+            quarantine.select(*[c for c, _ in schema_pairs(QUARANTINED_SCHEMA)]).write.format(
+                "delta"
+            ).mode("append").save(q_path)
     else:
         ensure_table(spark, q_path, QUARANTINED_SCHEMA)
     outcome.rows_written["quarantined sessions added"] = added_n
@@ -288,13 +293,14 @@ def write_side_tables(
     sup_n = counts.get((SUPERSEDED_SESSIONS, False), 0)
     sup_path = table_path(SUPERSEDED_SESSIONS)
     if sup_n:
-        side.filter(F.col("_table") == SUPERSEDED_SESSIONS).select(
-            F.col("_superseded").alias("superseded_session_identifier"),
-            "session_identifier",
-            "user_identifier",
-            F.col("_reason").alias("reason"),
-            F.col("quarantined_at").alias("superseded_at"),
-        ).write.format("delta").mode("append").save(sup_path)
+        with faults.commit_of(sup_path):
+            side.filter(F.col("_table") == SUPERSEDED_SESSIONS).select(
+                F.col("_superseded").alias("superseded_session_identifier"),
+                "session_identifier",
+                "user_identifier",
+                F.col("_reason").alias("reason"),
+                F.col("quarantined_at").alias("superseded_at"),
+            ).write.format("delta").mode("append").save(sup_path)
     else:
         ensure_table(spark, sup_path, SUPERSEDED_SCHEMA)
     outcome.rows_written["superseded ids"] = sup_n

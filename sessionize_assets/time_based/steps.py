@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from sessionize_assets import faults
 from sessionize_assets.core import aggregates as agg
 from sessionize_assets.core import attributes as attrs
 from sessionize_assets.core import filtering
@@ -524,17 +525,18 @@ def attributes_step(
         )
     daily = spark.read.format("delta").option("versionAsOf", version).load(tables.daily_aggregates)
     out = attrs.attributes(daily, as_of, settings.attribute_windows_days, settings.attributes)
-    (
-        out.coalesce(1)
-        .write.format("delta")
-        .mode("overwrite")
-        .option("overwriteSchema", "true")
-        .option(
-            "userMetadata",
-            json.dumps({"daily_aggregates_version": version, "as_of": as_of.isoformat()}),
+    with faults.commit_of(tables.attributes):
+        (
+            out.coalesce(1)
+            .write.format("delta")
+            .mode("overwrite")
+            .option("overwriteSchema", "true")
+            .option(
+                "userMetadata",
+                json.dumps({"daily_aggregates_version": version, "as_of": as_of.isoformat()}),
+            )
+            .save(tables.attributes)
         )
-        .save(tables.attributes)
-    )
     _, read_actions = add_actions(tables.daily_aggregates, version)
     _, written_actions = add_actions(tables.attributes)
     return StepResult(

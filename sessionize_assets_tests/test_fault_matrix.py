@@ -1,0 +1,176 @@
+"""The fault-injection matrix: a `sessionize load` or `run` killed (SIGKILL to its process group:
+Python and its Spark JVM) at a named fail point around a Delta commit (`sessionize_assets.faults`),
+then the same command again with no manual step, gives every table of a process that was never
+killed, and `verify` passes.
+
+CI runs the points in `CI_POINTS` (one per kind of damage: a load cut between its tables, the
+time-based branch cut between its tables, the session branch cut between its tables and before
+its manifest, the processing manifest cut right after a lock). `SESSIONIZE_FAULT_MATRIX=all` runs
+every point in `ALL_POINTS` (for the benchmark machine). Each point prints how long the healing
+command took (`pytest -s` shows it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sessionize_assets.cli import main
+from sessionize_assets.faults import FAIL_AT, FAIL_REPORT
+from sessionize_assets.generator import generate
+from sessionize_assets.home import Home
+from sessionize_assets.jars import jars_dir
+from sessionize_assets.resources.tables import EVENTS, INVALID_EVENTS, LOAD_LOG
+from sessionize_assets_tests.conftest import preserved_environment
+from sessionize_assets_tests.test_pipeline_recovery import (
+    COMPARED,
+    DAYS,
+    NOW,
+    REPO,
+    START,
+    _prepare,
+    _table_rows,
+)
+
+LOADED = (EVENTS, INVALID_EVENTS, LOAD_LOG)
+
+# (command, fail point)
+CI_POINTS = [
+    ("load", "after-commit:events"),
+    ("run", "after-commit:filtered_events"),
+    ("run", "after-commit:sessions"),
+    ("run", "before-commit:incremental_manifest"),
+    ("run", "after-commit:processing_manifest"),
+]
+ALL_POINTS = CI_POINTS + [
+    ("load", "after-commit:invalid_events"),
+    ("load", "before-commit:load_log"),
+    ("run", "after-commit:days_to_process"),
+    ("run", "after-commit:filtered_events_accounting"),
+    ("run", "after-commit:daily_aggregate_horizons"),
+    ("run", "before-commit:daily_aggregates"),
+    ("run", "after-commit:daily_aggregates"),
+    ("run", "after-commit:attributes"),
+    ("run", "after-commit:sessions_lifecycle_manifest"),
+    ("run", "after-commit:users"),
+]
+POINTS = ALL_POINTS if os.environ.get("SESSIONIZE_FAULT_MATRIX") == "all" else CI_POINTS
+
+
+def _cli(home: Path, *args: str) -> int:
+    return main(["--home", str(home), "--now", NOW, *args])
+
+
+@pytest.fixture(scope="module")
+def homes(spark, tmp_path_factory) -> dict[str, Path]:
+    """A landing folder; `two`: a home with two load days loaded; `loaded`: all three loaded;
+    `reference`: all three loaded and run, never interrupted."""
+    del spark  # the in-process commands share the session's Spark
+    root = tmp_path_factory.mktemp("faults")
+    landing = root / "landing"
+    generate(landing, start_date=START, days=DAYS, events_per_day=250, seed=7)
+    with preserved_environment():
+        _prepare(root / "loaded", landing)
+        shutil.copytree(root / "loaded", root / "reference")
+        assert _cli(root / "reference", "run") == 0
+        two = root / "two"
+        two.mkdir()
+        (two / "sessionize.yaml").write_text((root / "loaded" / "sessionize.yaml").read_text())
+        for offset in range(DAYS - 1):
+            day = f"{START.fromordinal(START.toordinal() + offset)}"
+            assert (
+                _cli(
+                    two,
+                    "load",
+                    str(landing / f"load_date={day}"),
+                    "--load-tstamp-from",
+                    "load_tstamp",
+                )
+                == 0
+            )
+    return {
+        "landing": landing,
+        "two": two,
+        "loaded": root / "loaded",
+        "reference": root / "reference",
+    }
+
+
+def _killed_at(home: Path, point: str, args: list[str], log: Path) -> None:
+    """Run the command in its own process group with the fail point set; it must die by SIGKILL."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "PYSPARK_PYTHON": sys.executable,
+        "SESSIONIZE_JARS_DIR": str(jars_dir()),
+        FAIL_AT: point,
+        FAIL_REPORT: str(log.with_suffix(".point")),
+    }
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "sessionize_assets.cli", "--home", str(home), "--now", NOW]
+            + args,
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        code = process.wait(timeout=900)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    text = log.read_text()
+    reached = log.with_suffix(".point")
+    assert reached.exists() and f"fail point {point}:" in reached.read_text(), (
+        f"the command never reached {point} (exit {code}):\n{text[-3000:]}"
+    )
+    assert code == -signal.SIGKILL, text[-3000:]
+
+
+def _assert_tables_equal(home: Path, reference: Path, names: tuple[str, ...]) -> None:
+    for name in names:
+        want = _table_rows(Home(reference).table(name))
+        got = _table_rows(Home(home).table(name))
+        assert want[0], f"the uninterrupted home has no {name} table"  # missing on both: not equal
+        assert got == want, f"{name} differs from the uninterrupted home after healing"
+
+
+@pytest.mark.parametrize(("command", "point"), POINTS, ids=[f"{c}-{p}" for c, p in POINTS])
+def test_killed_at_a_fail_point_then_run_again_gives_the_uninterrupted_tables(
+    homes, tmp_path, command, point
+):
+    home = tmp_path / "home"
+    if command == "load":
+        shutil.copytree(homes["two"], home)
+        last = START.fromordinal(START.toordinal() + DAYS - 1)
+        args = [
+            "load",
+            str(homes["landing"] / f"load_date={last}"),
+            "--load-tstamp-from",
+            "load_tstamp",
+        ]
+        reference, compared = homes["loaded"], LOADED
+    else:
+        shutil.copytree(homes["loaded"], home)
+        args = ["run"]
+        reference, compared = homes["reference"], COMPARED
+
+    _killed_at(home, point, args, tmp_path / "killed.log")
+
+    started = time.monotonic()
+    assert _cli(home, *args) == 0, f"{command} did not heal after a kill at {point}"
+    print(
+        f"\nfault matrix: {command} killed at {point}: healed in {time.monotonic() - started:.1f} s"
+    )
+    _assert_tables_equal(home, reference, compared)
+    if command == "run":
+        assert _cli(home, "verify") == 0
