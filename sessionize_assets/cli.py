@@ -4,6 +4,9 @@ its runs in the home's Dagster instance, so `sessionize ui` shows them.
 Exit statuses (`core/outcomes.py`): 0 success, 1 differences found by `verify`, 2 a user mistake
 (one sentence), 3 an item held by another run or fail-locked, 4 a failed step (one sentence; the
 trace goes to `<home>/logs/engine.log`), 130 interrupted.
+
+With `--json` (status, verify, manifest list|show, load) stdout holds one JSON document, errors
+included (`commands/json_output.py`, docs/json.md); everything else goes to stderr.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ import os
 import subprocess
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any, NoReturn
 
 from sessionize_assets.commands.context import CommandContext
 from sessionize_assets.core.outcomes import ExitStatus
@@ -39,6 +43,10 @@ def _date(value: str) -> dt.date:
 def _print(lines: Sequence[str]) -> None:
     for line in lines:
         print(line)
+
+
+def _json(ctx: CommandContext) -> bool:
+    return bool(getattr(ctx.args, "json", False))
 
 
 # ---------------------------------------------------------------- commands
@@ -69,8 +77,9 @@ def cmd_generate(ctx: CommandContext) -> int:
 
 
 def cmd_load(ctx: CommandContext) -> int:
+    from sessionize_assets.commands import json_output
     from sessionize_assets.ingest.assets import record_load
-    from sessionize_assets.ingest.loader import expand_paths, load_paths
+    from sessionize_assets.ingest.loader import LoadReport, expand_paths, load_paths
     from sessionize_assets.resources.tables import (
         EVENTS,
         INVALID_EVENTS,
@@ -91,6 +100,8 @@ def cmd_load(ctx: CommandContext) -> int:
     load_tstamp = parse_now(a.load_tstamp) if a.load_tstamp else None
     ctx.ensure_home()
 
+    reports: list[LoadReport] = []  # every batch's (with --by-load-date, every window's)
+
     def load(paths: Sequence[str | Path]) -> None:
         started = dt.datetime.now(dt.UTC)
         report = load_paths(
@@ -103,12 +114,18 @@ def cmd_load(ctx: CommandContext) -> int:
             load_tstamp_from=a.load_tstamp_from,
             manifest_path=ctx.table(PROCESSING_MANIFEST),
         )
+        reports.append(report)
         for line in report.lines():
-            print(line, file=sys.stderr if line.startswith("WARNING") else sys.stdout)
+            if line.startswith("WARNING"):
+                print(line, file=sys.stderr)
+            elif not _json(ctx):
+                print(line)
         record_load(ctx.instance, report, started)
 
     if not a.by_load_date:
         load(a.paths)
+        if _json(ctx):
+            ctx.document = json_output.load(reports, None)
         return 0
     from sessionize_assets.commands.loading import load_by_load_date
     from sessionize_assets.core.load_windows import LOAD_CURSOR_NAME
@@ -124,7 +141,10 @@ def cmd_load(ctx: CommandContext) -> int:
         ctx.now,
         lookback=a.lookback,
     )
-    _print(folders.lines())
+    if _json(ctx):
+        ctx.document = json_output.load(reports, folders)
+    else:
+        _print(folders.lines())
     return 0
 
 
@@ -153,6 +173,14 @@ def cmd_maintain(ctx: CommandContext) -> int:
     return 0
 
 
+def cmd_refresh(ctx: CommandContext) -> int:
+    from sessionize_assets.commands.refresh import refresh
+
+    with _exclusive(ctx, "refresh"):
+        _print(refresh(ctx, ctx.args.models, ctx.args.yes))
+    return 0
+
+
 def cmd_backfill(ctx: CommandContext) -> int:
     from sessionize_assets.pipeline import backfill_pipeline
 
@@ -166,22 +194,33 @@ def cmd_backfill(ctx: CommandContext) -> int:
 
 
 def cmd_status(ctx: CommandContext) -> int:
-    from sessionize_assets.pipeline import lateness_status_lines, status_lines
+    from sessionize_assets.commands import json_output
+    from sessionize_assets.pipeline import gather_status, lateness_counts, lateness_status_lines
 
     if ctx.args.lateness:
-        _print(lateness_status_lines(ctx, ctx.args.load_days))
+        if _json(ctx):
+            ctx.document = json_output.lateness(lateness_counts(ctx), ctx.args.load_days)
+        else:
+            _print(lateness_status_lines(ctx, ctx.args.load_days))
         return 0
-
-    _print(status_lines(ctx))
+    data = gather_status(ctx)
+    if _json(ctx):
+        ctx.document = json_output.status(data)
+    else:
+        _print(data.lines())
     return 0
 
 
 def cmd_verify(ctx: CommandContext) -> int:
-    from sessionize_assets.pipeline import verify_pipeline
+    from sessionize_assets.commands import json_output
+    from sessionize_assets.pipeline import verify_reports
 
-    differences, lines = verify_pipeline(ctx)
-    _print(lines)
-    return 1 if differences else 0
+    result = verify_reports(ctx)
+    if _json(ctx):
+        ctx.document = json_output.verify(result)
+    else:
+        _print(result.lines())
+    return int(ExitStatus.DIFFERENCES) if result.differences else 0
 
 
 def cmd_export(ctx: CommandContext) -> int:
@@ -192,9 +231,24 @@ def cmd_export(ctx: CommandContext) -> int:
 
 
 def cmd_manifest(ctx: CommandContext) -> int:
+    from sessionize_assets.commands import json_output, manifest
     from sessionize_assets.pipeline import manifest_command
+    from sessionize_assets.resources.tables import PROCESSING_MANIFEST
 
-    _print(manifest_command(ctx))
+    a = ctx.args
+    if not _json(ctx):
+        _print(manifest_command(ctx))
+        return 0
+    path = ctx.lake.table(PROCESSING_MANIFEST)
+    if a.manifest_command == "list":
+        # lock records carry the wall clock (not --now): their ages are measured on it too
+        states = manifest.manifest_states(path, a.state, a.item_prefix)
+        ctx.document = json_output.manifest_list(
+            states, manifest.parse_status(a.state), a.item_prefix
+        )
+    else:
+        state = manifest.item_with_records(path, a.item)
+        ctx.document = json_output.manifest_show(state)
     return 0
 
 
@@ -264,9 +318,27 @@ def cmd_ui(ctx: CommandContext) -> int:
 
 # ---------------------------------------------------------------- parser
 
+JSON_HELP = "print one JSON document on stdout, errors included (docs/json.md)"
+
+
+class ParserError(Exception):
+    """An argument argparse rejects: `main` prints it (and its JSON document with --json)."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser = parser
+        self.message = message
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser (its subcommands' too), its errors raised for `main` to print."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ParserError(self, message)
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="sessionize",
         description="Sessions, daily aggregates and attributes kept exact while events arrive late.",
     )
@@ -318,6 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument(
         "--load-tstamp-from", metavar="COLUMN", help="take missing load times from this column"
     )
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_load)
 
     wait_help = "when another command is writing to this home, wait up to SECONDS for it"
@@ -348,11 +421,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--load-days", type=int, default=14, help="with --lateness: the last N load days (14)"
     )
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser(
         "verify", help="compare incremental tables with a recompute; non-zero on any difference"
     )
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("export", help="write a table as CSV or Parquet (by the file's extension)")
@@ -366,8 +441,10 @@ def build_parser() -> argparse.ArgumentParser:
     q = msub.add_parser("list", help="items and their derived state")
     q.add_argument("--state")
     q.add_argument("--item-prefix")
+    q.add_argument("--json", action="store_true", help=JSON_HELP)
     q = msub.add_parser("show", help="an item's records in order and its derived state")
     q.add_argument("item")
+    q.add_argument("--json", action="store_true", help=JSON_HELP)
     q = msub.add_parser(
         "resolve",
         help="release a failed item (a stale lock is abandoned first), or every item of a run",
@@ -396,6 +473,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-vacuum", action="store_true", help="only compact")
     p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help=wait_help)
     p.set_defaults(func=cmd_maintain)
+
+    p = sub.add_parser(
+        "refresh",
+        help="rebuild the session models in full from filtered_events (after a settings change)",
+    )
+    p.add_argument(
+        "models",
+        nargs="*",
+        metavar="MODEL",
+        help="sessions, users or user_session_stats: any of them rebuilds every enabled session "
+        "model (default: all)",
+    )
+    p.add_argument(
+        "--yes", action="store_true", help="confirm (not needed with allow_refresh: true)"
+    )
+    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help=wait_help)
+    p.set_defaults(func=cmd_refresh)
 
     p = sub.add_parser(
         "demo", help="generate data, land it day by day, run the pipeline after each load"
@@ -427,7 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-QUIET_COMMANDS = {"run", "backfill", "demo", "verify", "maintain"}
+QUIET_COMMANDS = {"run", "backfill", "demo", "verify", "maintain", "refresh"}
 
 
 @contextlib.contextmanager
@@ -453,32 +547,109 @@ def engine_logs_to_file(home: Home, enabled: bool):
             os.close(saved)
 
 
+@contextlib.contextmanager
+def stdout_to_stderr(enabled: bool) -> Iterator[None]:
+    """With --json: whatever is written to stdout while the command runs (Python, Spark's JVM,
+    Dagster) goes to stderr instead, so stdout holds the JSON document alone."""
+    if not enabled:
+        yield
+        return
+    sys.stdout.flush()
+    saved_stream, saved_fd = sys.stdout, os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        sys.stdout = saved_stream
+        os.dup2(saved_fd, 1)
+        os.close(saved_fd)
+
+
+def json_schema(args: argparse.Namespace) -> str | None:
+    """The schema of the command's JSON document (`sessionize/<this>`), None without --json."""
+    if not getattr(args, "json", False):
+        return None
+    if args.command == "manifest":
+        return f"manifest-{args.manifest_command}"
+    if args.command == "status" and args.lateness:
+        return "status-lateness"
+    return args.command
+
+
+def _json_schema_of_argv(argv: Sequence[str]) -> str | None:
+    """For arguments argparse rejected: the schema when --json was asked of a command that has
+    it, else None (argparse's own message only)."""
+    if "--json" not in argv:
+        return None
+    words = [w for w in argv if not w.startswith("-")]
+    for i, word in enumerate(words):
+        if word in ("status", "verify", "load"):
+            return "status-lateness" if word == "status" and "--lateness" in argv else word
+        if word == "manifest":
+            action = words[i + 1] if i + 1 < len(words) else None
+            return f"manifest-{action}" if action in ("list", "show") else None
+    return None
+
+
+def _print_document(
+    schema: str, status: int, content: dict[str, Any] | None = None, error: str | None = None
+) -> None:
+    from sessionize_assets.commands.json_output import ERROR_KINDS, document, dumps
+
+    failure = (ERROR_KINDS[int(status)], error) if error is not None else None
+    print(dumps(document(schema, status, content, failure)), flush=True)
+
+
+def _failed(status: ExitStatus, sentence: str, schema: str | None) -> int:
+    """End with an error: its sentence on stderr, and its JSON document on stdout with --json."""
+    if status is not ExitStatus.INTERRUPTED:
+        print(f"error: {sentence}", file=sys.stderr)
+    if schema is not None:
+        _print_document(schema, status, error=sentence)
+    return status
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parser.parse_args(argv)
+    except ParserError as exc:
+        schema = _json_schema_of_argv(argv)
+        if schema is None:  # argparse's own behaviour: usage, the message, exit 2
+            exc.parser.print_usage(sys.stderr)
+            exc.parser.exit(2, f"{exc.parser.prog}: error: {exc.message}\n")
+        print(f"{exc.parser.prog}: error: {exc.message}", file=sys.stderr)
+        _print_document(schema, ExitStatus.USER_ERROR, error=f"{exc.parser.prog}: {exc.message}")
+        return ExitStatus.USER_ERROR
     warnings.filterwarnings("ignore", message=".*is currently in (beta|preview).*")
+    schema = json_schema(args)
     ctx = None
     try:
         ctx = CommandContext(args)
         quiet = args.command in QUIET_COMMANDS and not args.verbose
-        with engine_logs_to_file(ctx.home, quiet):
-            return args.func(ctx)
+        with engine_logs_to_file(ctx.home, quiet), stdout_to_stderr(schema is not None):
+            status = args.func(ctx)
+        if schema is not None:
+            _print_document(schema, status, ctx.document or {})
+        return status
     except ItemLockedError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return ExitStatus.BLOCKED
+        return _failed(ExitStatus.BLOCKED, str(exc), schema)
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return ExitStatus.USER_ERROR
+        return _failed(ExitStatus.USER_ERROR, str(exc), schema)
     except KeyboardInterrupt:
-        return ExitStatus.INTERRUPTED
+        return _failed(ExitStatus.INTERRUPTED, "interrupted", schema)
     except SystemExit:
         raise
     except BaseException as exc:  # noqa: BLE001 - an engine error (delta-rs panics are BaseException)
-        return _engine_error(exc, ctx, getattr(args, "verbose", False))
+        sentence = _engine_error(exc, ctx, getattr(args, "verbose", False))
+        return _failed(ExitStatus.FAILED, sentence, schema)
 
 
-def _engine_error(exc: BaseException, ctx: CommandContext | None, verbose: bool) -> int:
-    """Print an unexpected error as one sentence naming where the full trace is; exit 4."""
+def _engine_error(exc: BaseException, ctx: CommandContext | None, verbose: bool) -> str:
+    """An unexpected error as one sentence naming where the full trace is (written there)."""
     import traceback
 
     trace = "".join(traceback.format_exception(exc))
@@ -497,8 +668,7 @@ def _engine_error(exc: BaseException, ctx: CommandContext | None, verbose: bool)
     sentence = one_sentence(exc)
     if "full trace in" not in sentence:
         sentence += f" (full trace in {where})"
-    print(f"error: {sentence}", file=sys.stderr)
-    return ExitStatus.FAILED
+    return sentence
 
 
 if __name__ == "__main__":

@@ -7,9 +7,10 @@ import datetime as dt
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sessionize_assets.commands.context import CommandContext
+from sessionize_assets.core.clock import utc_now
 from sessionize_assets.core.outcomes import (
     BranchOutcome,
     BranchStatus,
@@ -21,6 +22,13 @@ from sessionize_assets.errors import ItemLockedError, UserError, one_sentence
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.shared_reads import sharing
 from sessionize_assets.resources.spark import SparkDeltaResource
+
+if TYPE_CHECKING:
+    from sessionize_assets.commands.failures import BranchFailure
+    from sessionize_assets.commands.manifest import CursorRows
+    from sessionize_assets.commands.sessions import VerifySessionsReport
+    from sessionize_assets.commands.time_based import TimeBasedVerifyReport
+    from sessionize_assets.core.manifest_state import ItemState
 
 
 def _lake(ctx: CommandContext, now: dt.datetime | None = None) -> LakeResource:
@@ -178,47 +186,100 @@ def backfill_pipeline(
     return report
 
 
-def _status_of(branch: str, status: Callable[[LakeResource], Any], lake: LakeResource) -> list[str]:
-    """A branch's status lines, or one line saying its state cannot be read (status goes on)."""
+def _status_of(
+    branch: str, status: Callable[[LakeResource], Any], lake: LakeResource
+) -> tuple[Any, str | None]:
+    """(a branch's status report, None), or (None, the sentence saying its state cannot be read):
+    status goes on with the other branch."""
     try:
-        return status(lake).lines()
+        return status(lake), None
     except UserError:
         raise
     except Exception as exc:  # a corrupt table: say so, and show the other branch
         log.error("status: %s failed", branch, exc_info=exc)
-        return [f"UNREADABLE: the {branch}'s state cannot be read: {one_sentence(exc)}"]
+        return None, f"the {branch}'s state cannot be read: {one_sentence(exc)}"
+
+
+@dataclass
+class BranchStatusData:
+    """One branch in `status`: its failed runs, and its status report or why it is unreadable."""
+
+    failure: BranchFailure | None
+    report: Any  # TimeBasedStatusReport / SessionsStatus; None when unreadable
+    unreadable: str | None = None
+
+    def lines(self) -> list[str]:
+        out = [self.failure.line()] if self.failure else []
+        if self.report is None:
+            return [*out, f"UNREADABLE: {self.unreadable}"]
+        return [*out, *self.report.lines()]
+
+
+@dataclass
+class StatusData:
+    """Everything `sessionize status` shows, read once; printed as text or as JSON."""
+
+    time_based: BranchStatusData
+    sessions: BranchStatusData
+    manifest: dict[str, ItemState]
+    cursors: CursorRows
+
+    def lines(self) -> list[str]:
+        from sessionize_assets.commands.manifest import cursor_lines, manifest_summary_lines
+
+        out = ["time-based branch:", *[f"  {line}" for line in self.time_based.lines()]]
+        out += ["session-based branch:", *[f"  {line}" for line in self.sessions.lines()]]
+        out.append("processing manifest:")
+        out += [f"  {line}" for line in manifest_summary_lines(list(self.manifest.values()))]
+        out += [f"  {line}" for line in cursor_lines(self.cursors)]
+        return out
+
+
+def gather_status(ctx: CommandContext) -> StatusData:
+    """Run-limit states and windows, pending and skipped days, failures, locks (no Spark)."""
+    from sessionize_assets.commands.failures import branch_failure
+    from sessionize_assets.commands.manifest import cursors_in_progress
+    from sessionize_assets.commands.sessions import status_sessions
+    from sessionize_assets.commands.time_based import status_time_based
+    from sessionize_assets.resources.processing_manifest import item_states
+
+    lake = _lake(ctx)
+    instance = ctx.instance
+    branches = []
+    for branch, status in (
+        ("time-based branch", status_time_based),
+        ("session-based branch", status_sessions),
+    ):
+        failure = branch_failure(instance, branch)
+        report, unreadable = _status_of(branch, status, lake)
+        branches.append(BranchStatusData(failure, report, unreadable))
+    return StatusData(
+        time_based=branches[0],
+        sessions=branches[1],
+        # lock records carry the wall clock (not --now): ages and leases are measured on it
+        manifest=item_states(lake.table("processing_manifest"), now=utc_now()),
+        cursors=cursors_in_progress(lake.table("cursor_state")),
+    )
 
 
 def status_lines(ctx: CommandContext) -> list[str]:
     """Run-limit states and windows, pending and skipped days, locks (no Spark)."""
-    from sessionize_assets.commands.failures import failure_lines
-    from sessionize_assets.commands.manifest import cursor_status_lines, manifest_status_lines
-    from sessionize_assets.commands.sessions import status_sessions
-    from sessionize_assets.commands.time_based import status_time_based
+    return gather_status(ctx).lines()
 
-    lake = _lake(ctx)
-    instance = ctx.instance
-    out = ["time-based branch:"]
-    out += [f"  {line}" for line in failure_lines(instance, "time-based branch")]
-    out += [f"  {line}" for line in _status_of("time-based branch", status_time_based, lake)]
-    out.append("session-based branch:")
-    out += [f"  {line}" for line in failure_lines(instance, "session-based branch")]
-    out += [f"  {line}" for line in _status_of("session-based branch", status_sessions, lake)]
-    out.append("processing manifest:")
-    out += [
-        f"  {line}" for line in manifest_status_lines(lake.table("processing_manifest"), ctx.now)
-    ]
-    out += [f"  {line}" for line in cursor_status_lines(lake.table("cursor_state"))]
-    return out
+
+def lateness_counts(ctx: CommandContext) -> dict[tuple[dt.date, dt.date], int]:
+    """Rows of filtered_events by (load day, event day), from its Delta log (no Spark)."""
+    from sessionize_assets.time_based.state import partition_counts
+
+    _, counts = partition_counts(_lake(ctx).table("filtered_events"))
+    return counts
 
 
 def lateness_status_lines(ctx: CommandContext, load_days: int = 14) -> list[str]:
     """`status --lateness`: the lateness of the last load days, from filtered_events' Delta log."""
     from sessionize_assets.core.lateness import lateness_lines
-    from sessionize_assets.time_based.state import partition_counts
 
-    _, counts = partition_counts(_lake(ctx).table("filtered_events"))
-    return lateness_lines(counts, last_load_days=load_days)
+    return lateness_lines(lateness_counts(ctx), last_load_days=load_days)
 
 
 class BranchUnreadableError(Exception):
@@ -237,9 +298,30 @@ def _verified(branch: str, body: Callable[[], Any], log_file: str) -> Any:
         ) from None
 
 
-def verify_pipeline(ctx: CommandContext) -> tuple[list[str], list[str]]:
-    """(differences, report lines) for every incremental table against a recompute. A branch
-    whose tables cannot be read raises BranchUnreadableError (one sentence naming the branch)."""
+@dataclass
+class VerifyResult:
+    """Both branches' verify reports; printed as text or as JSON."""
+
+    time_based: TimeBasedVerifyReport
+    sessions: VerifySessionsReport
+
+    @property
+    def differences(self) -> list[Any]:
+        return [*self.time_based.differences, *self.sessions.differences]
+
+    def lines(self) -> list[str]:
+        differences = self.differences
+        lines = ["time-based branch:", *[f"  {x}" for x in self.time_based.lines()]]
+        lines += ["session-based branch:", *[f"  {x}" for x in self.sessions.lines()]]
+        lines.append(
+            "verify: OK" if not differences else f"verify: {len(differences)} difference(s)"
+        )
+        return lines
+
+
+def verify_reports(ctx: CommandContext) -> VerifyResult:
+    """Every incremental table against a recompute. A branch whose tables cannot be read raises
+    BranchUnreadableError (one sentence naming the branch)."""
     from sessionize_assets.commands.sessions import verify_sessions
     from sessionize_assets.commands.time_based import verify_time_based
 
@@ -253,11 +335,13 @@ def verify_pipeline(ctx: CommandContext) -> tuple[list[str], list[str]]:
         lambda: verify_sessions(lake, ctx.spark),
         log_file,
     )
-    differences = [*time_based.differences, *sessions.differences]
-    lines = ["time-based branch:", *[f"  {x}" for x in time_based.lines()]]
-    lines += ["session-based branch:", *[f"  {x}" for x in sessions.lines()]]
-    lines.append("verify: OK" if not differences else f"verify: {len(differences)} difference(s)")
-    return differences, lines
+    return VerifyResult(time_based, sessions)
+
+
+def verify_pipeline(ctx: CommandContext) -> tuple[list[Any], list[str]]:
+    """(differences, report lines) for every incremental table against a recompute."""
+    result = verify_reports(ctx)
+    return result.differences, result.lines()
 
 
 def manifest_command(ctx: CommandContext) -> list[str]:
@@ -268,9 +352,9 @@ def manifest_command(ctx: CommandContext) -> list[str]:
     a = ctx.args
     path = _lake(ctx).table("processing_manifest")
     if a.manifest_command == "list":
-        return [manifest.list_items(path, state=a.state, item_prefix=a.item_prefix, now=ctx.now)]
+        return [manifest.list_items(path, state=a.state, item_prefix=a.item_prefix)]
     if a.manifest_command == "show":
-        return [manifest.show_item(path, a.item, now=ctx.now)]
+        return [manifest.show_item(path, a.item)]
     writer = ProcessingManifest(ctx.spark, path)
     if a.manifest_command == "resolve":
         if (a.item is None) == (a.run is None):

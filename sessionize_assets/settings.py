@@ -71,6 +71,9 @@ class Settings:
     attributes: tuple[AttributeDefinition, ...] = ()
     column_mapping: Mapping[str, str] = field(default_factory=dict)
     spark: Mapping[str, str] = field(default_factory=dict)
+    # `sessionize refresh` (and a refresh from the UI) may rebuild the session models without
+    # `--yes` (Snowplow's `snowplow__allow_refresh`).
+    allow_refresh: bool = False
     # Session-based models that are enabled (SPEC section 6: adding one triggers state 2).
     session_models: tuple[str, ...] = ("sessions", "users")
 
@@ -257,6 +260,10 @@ def from_mapping(raw: Mapping[str, Any], today: dt.date | None = None) -> Settin
             values[key] = _str_map(key, value)
         elif key == "spark":
             values[key] = _spark_options(key, _str_map(key, value))
+        elif key == "allow_refresh":
+            if not isinstance(value, bool):
+                raise _fail(key, f"must be true or false, got {value!r}")
+            values[key] = value
         elif key == "session_models":
             models = _str_list(key, value, allow_empty=False)
             bad = [m for m in models if m not in KNOWN_SESSION_MODELS]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import os
 from pathlib import Path
 
@@ -56,6 +57,41 @@ def _isolated_environment():
     yield
     os.environ.clear()
     os.environ.update(saved)
+
+
+TWO_DAYS_START = dt.date(2024, 3, 1)
+
+
+def cli_now(day: int) -> list[str]:
+    """`--now` half an hour into March `day`, 2024 (the clock of the `two_days` home)."""
+    return ["--now", f"2024-03-0{day}T00:30:00"]
+
+
+def cli_load(home: Path, landing: Path, day: int) -> None:
+    """`sessionize load` of load day `day` (1 = TWO_DAYS_START) the day after, as a user would."""
+    from sessionize_assets.cli import main
+
+    folder = landing / f"load_date={TWO_DAYS_START + dt.timedelta(days=day - 1)}"
+    args = [str(folder), "--load-tstamp-from", "load_tstamp"]
+    assert main(["--home", str(home), *cli_now(day + 1), "load", *args]) == 0
+
+
+@pytest.fixture(scope="session")
+def two_days(spark, tmp_path_factory):
+    """A home with load days 1 and 2 processed; the landing folder holds day 3 too. Shared by the
+    test modules (exit statuses, JSON output): a test that changes it works on a copy."""
+    from sessionize_assets.cli import main
+    from sessionize_assets.generator import generate
+
+    landing = tmp_path_factory.mktemp("landing")
+    generate(landing, start_date=TWO_DAYS_START, days=3, events_per_day=200, seed=5)
+    home = tmp_path_factory.mktemp("home")
+    (home / "sessionize.yaml").write_text(f"start_date: {TWO_DAYS_START}\n")
+    with preserved_environment():
+        cli_load(home, landing, 1)
+        cli_load(home, landing, 2)
+        assert main(["--home", str(home), *cli_now(3), "run"]) == 0
+    return home, landing
 
 
 def shared_folder() -> Path:

@@ -4,7 +4,6 @@ status, the summary line and that the other branch's results are kept."""
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import shutil
 import subprocess
@@ -12,51 +11,17 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
-import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from sessionize_assets.cli import main
-from sessionize_assets.generator import generate
 from sessionize_assets.home import Home
 from sessionize_assets.jars import jars_dir
 from sessionize_assets.resources.tables import FILTERED_EVENTS, SESSIONS
-from sessionize_assets_tests.conftest import preserved_environment
+from sessionize_assets_tests.conftest import cli_load, cli_now
 
-START = dt.date(2024, 3, 1)
-
-
-def _now(day: int) -> list[str]:
-    return ["--now", f"2024-03-0{day}T00:30:00"]
-
-
-def _load(home: Path, landing: Path, day: int) -> None:
-    folder = landing / f"load_date={START + dt.timedelta(days=day - 1)}"
-    code = main(
-        [
-            "--home",
-            str(home),
-            *_now(day + 1),
-            "load",
-            str(folder),
-            "--load-tstamp-from",
-            "load_tstamp",
-        ]
-    )
-    assert code == 0
-
-
-@pytest.fixture(scope="module")
-def two_days(spark, tmp_path_factory):
-    """A home with load days 1 and 2 processed; the landing folder holds day 3 too."""
-    landing = tmp_path_factory.mktemp("landing")
-    generate(landing, start_date=START, days=3, events_per_day=200, seed=5)
-    home = tmp_path_factory.mktemp("home")
-    (home / "sessionize.yaml").write_text(f"start_date: {START}\n")
-    with preserved_environment():
-        _load(home, landing, 1)
-        _load(home, landing, 2)
-        assert main(["--home", str(home), *_now(3), "run"]) == 0
-    return home, landing
+_now = cli_now
+_load = cli_load
+# `two_days` (conftest.py, one per session): load days 1 and 2 processed, day 3 in the landing.
 
 
 def _last_line(text: str) -> str:

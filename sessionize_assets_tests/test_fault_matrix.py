@@ -15,8 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -26,17 +24,16 @@ from sessionize_assets.cli import main
 from sessionize_assets.faults import FAIL_AT, FAIL_REPORT
 from sessionize_assets.generator import generate
 from sessionize_assets.home import Home
-from sessionize_assets.jars import jars_dir
 from sessionize_assets.resources.tables import EVENTS, INVALID_EVENTS, LOAD_LOG
 from sessionize_assets_tests.conftest import preserved_environment
 from sessionize_assets_tests.test_pipeline_recovery import (
     COMPARED,
     DAYS,
     NOW,
-    REPO,
     START,
     _prepare,
     _table_rows,
+    spawn_cli,
 )
 
 LOADED = (EVENTS, INVALID_EVENTS, LOAD_LOG)
@@ -105,32 +102,15 @@ def homes(spark, tmp_path_factory) -> dict[str, Path]:
 
 def _killed_at(home: Path, point: str, args: list[str], log: Path) -> None:
     """Run the command in its own process group with the fail point set; it must die by SIGKILL."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        "PYSPARK_PYTHON": sys.executable,
-        "SESSIONIZE_JARS_DIR": str(jars_dir()),
-        FAIL_AT: point,
-        FAIL_REPORT: str(log.with_suffix(".point")),
-    }
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "sessionize_assets.cli", "--home", str(home), "--now", NOW]
-            + args,
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    report = log.with_suffix(".point")
+    process = spawn_cli(home, args, log, {FAIL_AT: point, FAIL_REPORT: str(report)})
     try:
         code = process.wait(timeout=900)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
     text = log.read_text()
-    reached = log.with_suffix(".point")
-    assert reached.exists() and f"fail point {point}:" in reached.read_text(), (
+    assert report.exists() and f"fail point {point}:" in report.read_text(), (
         f"the command never reached {point} (exit {code}):\n{text[-3000:]}"
     )
     assert code == -signal.SIGKILL, text[-3000:]

@@ -116,26 +116,35 @@ def _locked(manifest: str) -> dict[str, object]:
     return {k: s for k, s in states.items() if s.status is ItemStatus.LOCKED}
 
 
-def _kill_while_locked(home: Path, log: Path, prefixes: tuple[str, ...]) -> list[str]:
-    """Start `sessionize run` in its own process group; SIGKILL it once it holds a lock on a
-    partition whose item starts with one of `prefixes`; the items left locked."""
-    env = {
+def spawn_cli(
+    home: Path, args: list[str], log: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """`sessionize --home HOME --now NOW ARGS` in its own process group (so a SIGKILL reaches its
+    Spark JVM too), output to `log`."""
+    child_env = {
         **os.environ,
         "PYTHONPATH": str(REPO),
         "PYSPARK_PYTHON": sys.executable,
         "SESSIONIZE_JARS_DIR": str(jars_dir()),
+        **(env or {}),
     }
-    manifest = Home(home).table("processing_manifest")
     with log.open("w") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "sessionize_assets.cli", "--home", str(home)]
-            + ["--now", NOW, "run"],
+        return subprocess.Popen(
+            [sys.executable, "-m", "sessionize_assets.cli", "--home", str(home), "--now", NOW]
+            + args,
             cwd=REPO,
-            env=env,
+            env=child_env,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+def _kill_while_locked(home: Path, log: Path, prefixes: tuple[str, ...]) -> list[str]:
+    """Start `sessionize run` in its own process group; SIGKILL it once it holds a lock on a
+    partition whose item starts with one of `prefixes`; the items left locked."""
+    manifest = Home(home).table("processing_manifest")
+    process = spawn_cli(home, ["run"], log)
     try:
         deadline = time.monotonic() + 600
         while True:

@@ -7,7 +7,7 @@ import datetime as dt
 import os
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sessionize_assets.home import Home
 from sessionize_assets.settings import load_settings, parse_now, settings_file
@@ -31,6 +31,8 @@ class CommandContext:
         # Validated before any data is touched.
         self.settings = load_settings(self.home.root, args.config, today=self.now.date())
         self.args = args
+        # With --json: the command's content, which the CLI prints as one JSON document.
+        self.document: dict[str, Any] | None = None
         self._spark = None
         self._instance = None
         self._defs = None

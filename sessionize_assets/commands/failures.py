@@ -4,6 +4,7 @@ instance's run records: every run of a branch carries its lane tag)."""
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from typing import Any
 
 from sessionize_assets.jobs import LANE_TAG
@@ -26,9 +27,26 @@ def _error_of(instance: Any, run_id: str) -> str | None:
     return None
 
 
-def failure_lines(instance: Any, branch: str, limit: int = 50) -> list[str]:
-    """[] when the branch's latest finished run succeeded (or it never ran); else one line: the
-    failed streak's length, since when, and the latest error."""
+@dataclass(frozen=True)
+class BranchFailure:
+    """A branch whose latest finished runs failed: how many in a row, since when, the error."""
+
+    runs: int
+    since: dt.datetime
+    latest_run_id: str
+    error: str
+
+    def line(self) -> str:
+        return (
+            f"FAILED: the last {self.runs} run(s) of this branch failed, since "
+            f"{self.since.isoformat(timespec='seconds')} (latest run {self.latest_run_id[:8]}): "
+            f"{self.error}"
+        )
+
+
+def branch_failure(instance: Any, branch: str, limit: int = 50) -> BranchFailure | None:
+    """None when the branch's latest finished run succeeded (or it never ran); else the failed
+    streak's length, since when, and the latest error."""
     from dagster import DagsterRunStatus, RunsFilter
 
     records = instance.get_run_records(
@@ -46,12 +64,19 @@ def failure_lines(instance: Any, branch: str, limit: int = 50) -> list[str]:
             break
         streak.append(record)
     if not streak:
-        return []
+        return None
     latest, first = streak[0], streak[-1]
     since = first.start_time or first.create_timestamp.timestamp()
-    when = dt.datetime.fromtimestamp(since, dt.UTC).isoformat(timespec="seconds")
     error = _error_of(instance, latest.dagster_run.run_id) or latest.dagster_run.status.value
-    return [
-        f"FAILED: the last {len(streak)} run(s) of this branch failed, since {when} "
-        f"(latest run {latest.dagster_run.run_id[:8]}): {error}"
-    ]
+    return BranchFailure(
+        runs=len(streak),
+        since=dt.datetime.fromtimestamp(since, dt.UTC),
+        latest_run_id=latest.dagster_run.run_id,
+        error=error,
+    )
+
+
+def failure_lines(instance: Any, branch: str, limit: int = 50) -> list[str]:
+    """[] when the branch's latest finished run succeeded (or it never ran); else one line."""
+    failure = branch_failure(instance, branch, limit)
+    return [] if failure is None else [failure.line()]

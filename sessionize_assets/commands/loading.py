@@ -23,6 +23,7 @@ from sessionize_assets.core.cursor import (
     DEFAULT_MAX_PARTITIONS,
     CursorConfig,
     CursorState,
+    Window,
     advance_state,
     finish_run,
     plan_slices,
@@ -48,7 +49,8 @@ def day_folders(source: Path) -> dict[dt.date, Path]:
 class FolderLoadReport:
     """What one `load --by-load-date` did, window by window."""
 
-    windows: list[tuple[str, str, list[str]]] = field(default_factory=list)  # source, window, days
+    # (source, window, load days loaded in it)
+    windows: list[tuple[str, Window, list[str]]] = field(default_factory=list)
     checkpoints: int = 0
     use_global_cursor: bool = False
 
@@ -106,7 +108,7 @@ def load_by_load_date(
             report.windows.append(
                 (
                     Path(sources_now[0]).name if len(sources_now) == 1 else "all sources",
-                    str(piece.window),
+                    piece.window,
                     [folder_load_day(f.name).isoformat() for f in batch],
                 )
             )

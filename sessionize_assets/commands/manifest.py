@@ -10,7 +10,9 @@ import datetime as dt
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from sessionize_assets.core.cursor import CursorState
 from sessionize_assets.core.manifest_state import ItemState, ItemStatus, format_age
 from sessionize_assets.errors import UserError
 from sessionize_assets.resources.processing_manifest import (
@@ -22,6 +24,7 @@ from sessionize_assets.resources.processing_manifest import (
 
 _STATUS_ALIASES = {"failed": ItemStatus.FAIL_LOCKED, "fail_locked": ItemStatus.FAIL_LOCKED}
 RESOLVE_HINT = "release with: sessionize manifest resolve ITEM --reason TEXT"
+CursorRows = dict[str, tuple[CursorState, dict[str, Any]]]  # name -> (state, checkpoint row)
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,19 @@ def parse_status(text: str | None) -> ItemStatus | None:
         raise UserError(f"Unknown manifest state {text!r}; use one of {names}.") from None
 
 
+def manifest_states(
+    path: str,
+    state: str | ItemStatus | None = None,
+    item_prefix: str | None = None,
+    now: dt.datetime | None = None,
+) -> list[ItemState]:
+    """Items' derived states, by item id, optionally of one state or id prefix (what
+    `manifest list` prints, as text or JSON)."""
+    wanted = state if isinstance(state, ItemStatus) else parse_status(state)
+    states = item_states(path, prefix=item_prefix, now=now or utc_now())
+    return [s for s in states.values() if wanted is None or s.status is wanted]
+
+
 def manifest_rows(
     path: str,
     state: str | ItemStatus | None = None,
@@ -74,9 +90,7 @@ def manifest_rows(
     now: dt.datetime | None = None,
 ) -> list[ItemRow]:
     """Items with their derived state, by item id, optionally of one state or id prefix."""
-    wanted = state if isinstance(state, ItemStatus) else parse_status(state)
-    states = item_states(path, prefix=item_prefix, now=now or utc_now())
-    return [ItemRow.of(s) for s in states.values() if wanted is None or s.status is wanted]
+    return [ItemRow.of(s) for s in manifest_states(path, state, item_prefix, now)]
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -97,7 +111,12 @@ def list_items(
     now: dt.datetime | None = None,
 ) -> str:
     """`manifest list [--state S] [--item-prefix P]` as a text table."""
-    rows = manifest_rows(path, state=state, item_prefix=item_prefix, now=now)
+    return render_list(manifest_states(path, state=state, item_prefix=item_prefix, now=now))
+
+
+def render_list(states: Sequence[ItemState]) -> str:
+    """Items as the text table of `manifest list`."""
+    rows = [ItemRow.of(s) for s in states]
     if not rows:
         return "No items in the processing manifest match."
     body = [
@@ -117,9 +136,19 @@ def list_items(
 
 def show_item(path: str, item: str, now: dt.datetime | None = None) -> str:
     """`manifest show ITEM`: the derived state, then every record in order."""
+    return render_show(item_with_records(path, item, now))
+
+
+def item_with_records(path: str, item: str, now: dt.datetime | None = None) -> ItemState:
+    """An item's derived state and records; an item without records is a UserError."""
     state = item_state(path, item, now=now or utc_now())
     if not state.records:
         raise UserError(f"Item {item} has no records in the processing manifest.")
+    return state
+
+
+def render_show(state: ItemState) -> str:
+    """An item as `manifest show` prints it: its state, then its records in order."""
     body = [
         [
             r.time.isoformat(timespec="microseconds"),
@@ -174,14 +203,21 @@ def manifest_status_lines(
     """For `sessionize status`: counts by state, then every locked, fail-locked or invalid item
     with its holder run and age."""
     states = item_states(path, prefix=item_prefix, now=now or utc_now())
-    counts = Counter(s.status for s in states.values())
+    return manifest_summary_lines(list(states.values()))
+
+
+def needs_attention(states: Sequence[ItemState]) -> list[ItemState]:
+    """The locked, fail-locked and invalid items (what `status` names)."""
+    wanted = (ItemStatus.LOCKED, ItemStatus.FAIL_LOCKED, ItemStatus.INVALID)
+    return [s for s in states if s.status in wanted]
+
+
+def manifest_summary_lines(states: Sequence[ItemState]) -> list[str]:
+    """`manifest_status_lines` of items already read."""
+    counts = Counter(s.status for s in states)
     summary = ", ".join(f"{counts[s]} {s.value}" for s in ItemStatus if counts[s])
     lines = [f"processing manifest: {len(states)} items" + (f" ({summary})" if summary else "")]
-    attention = [
-        s
-        for s in states.values()
-        if s.status in (ItemStatus.LOCKED, ItemStatus.FAIL_LOCKED, ItemStatus.INVALID)
-    ]
+    attention = needs_attention(states)
     for s in attention:
         age = f" for {format_age(s.lock_age)}" if s.lock_age is not None else ""
         holder = f" run {s.holder_run_id} ({s.holder_application}){age}" if s.holder_run_id else ""
@@ -199,12 +235,24 @@ def _capitalized(text: str) -> str:
 def cursor_status_lines(path: str) -> list[str]:
     """For `sessionize status`: cursors with a checkpointed position (e.g. an interrupted
     backfill, which the same command resumes), with the run that checkpointed it."""
+    return cursor_lines(cursors_in_progress(path))
+
+
+def cursors_in_progress(path: str) -> CursorRows:
+    """Cursors with a checkpointed position, with their checkpoint row (cleared ones left out)."""
     from sessionize_assets.resources.cursor_store import read_cursor_states
 
+    return {
+        name: (state, row)
+        for name, (state, row) in read_cursor_states(path).items()
+        if state.global_cursor is not None or state.partitions
+    }
+
+
+def cursor_lines(cursors: CursorRows) -> list[str]:
+    """`cursor_status_lines` of cursors already read."""
     lines = []
-    for name, (state, row) in read_cursor_states(path).items():
-        if state.global_cursor is None and not state.partitions:
-            continue  # cleared: nothing in progress
+    for name, (state, row) in cursors.items():
         at = state.global_cursor.isoformat() if state.global_cursor else "per partition"
         lines.append(
             f"  {name}: done before {at} (checkpointed by run {row['run_id'] or '?'} at "

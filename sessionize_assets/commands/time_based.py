@@ -39,6 +39,7 @@ from sessionize_assets.resources.dead_runs import run_tags
 from sessionize_assets.resources.delta import read_table
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import SparkDeltaResource
+from sessionize_assets.resources.tables import ATTRIBUTES, DAILY_AGGREGATES, FILTERED_EVENTS
 from sessionize_assets.settings import Settings
 from sessionize_assets.time_based.state import TimeBasedState, read_state
 from sessionize_assets.time_based.tables import TimeBasedTables
@@ -316,14 +317,27 @@ def backfill_time_based(
 # ---------------------------------------------------------------------------------- verify
 
 
+@dataclass(frozen=True)
+class VerifyCheck:
+    """One check of a table and the differences it found (each in words)."""
+
+    table: str
+    name: str  # "accounting", "duplicates", "recompute"
+    differences: tuple[str, ...] = ()
+
+
 @dataclass
 class TimeBasedVerifyReport:
     """Differences between the stored tables and a recompute, and what is pending (not a difference)."""
 
-    differences: list[str] = field(default_factory=list)
+    checks: list[VerifyCheck] = field(default_factory=list)
     pending_rows: dict[str, int] = field(default_factory=dict)
     pending_load_days: list[dt.date] = field(default_factory=list)
     event_days_checked: int = 0
+
+    @property
+    def differences(self) -> list[str]:
+        return [d for check in self.checks for d in check.differences]
 
     @property
     def ok(self) -> bool:
@@ -368,15 +382,25 @@ def verify_time_based(lake: LakeResource, spark: SparkSession) -> TimeBasedVerif
     settings, tables = lake.settings, _tables(lake)
     state = read_state(tables)
     report = TimeBasedVerifyReport(pending_load_days=state.pending_load_days(settings.start_date))
-    report.differences += [f"accounting: {d}" for d in accounting_invariant(spark, tables)]
-    report.differences += [
+    accounting = [f"accounting: {d}" for d in accounting_invariant(spark, tables)]
+    duplicates = [
         f"filtered_events: {d}"
         for d in duplicates_in_filtered_events(spark, tables, settings.dedupe_lookback_days)
     ]
-    report.differences += _verify_filtered_events(spark, tables, settings, state)
-    report.differences += _verify_aggregates_and_attributes(
+    aggregates, attributes = _verify_aggregates_and_attributes(
         spark, tables, settings, state, lake.current_time().date()
     )
+    report.checks = [
+        VerifyCheck(DAILY_AGGREGATES, "accounting", tuple(accounting)),
+        VerifyCheck(FILTERED_EVENTS, "duplicates", tuple(duplicates)),
+        VerifyCheck(
+            FILTERED_EVENTS,
+            "recompute",
+            tuple(_verify_filtered_events(spark, tables, settings, state)),
+        ),
+        VerifyCheck(DAILY_AGGREGATES, "recompute", tuple(aggregates)),
+        VerifyCheck(ATTRIBUTES, "recompute", tuple(attributes)),
+    ]
     for row in state.manifest():
         if row.pending:
             report.pending_rows[row.event_date.isoformat()] = row.pending
@@ -416,12 +440,13 @@ def _verify_aggregates_and_attributes(
     settings: Settings,
     state: TimeBasedState,
     today: dt.date,
-) -> list[str]:
+) -> tuple[list[str], list[str]]:
+    """(daily_aggregates' differences, attributes' differences) from a recompute."""
     out: list[str] = []
     stored = read_table(spark, tables.daily_aggregates)
     filtered = read_table(spark, tables.filtered_events)
     if stored is None or filtered is None:
-        return out
+        return out, []
     horizons = {d: a.horizon for d, a in state.aggregated.items() if a.horizon is not None}
     recorded = {
         r[EVENT_DATE]: r["h"]
@@ -447,28 +472,28 @@ def _verify_aggregates_and_attributes(
         )
     stored_attributes = read_table(spark, tables.attributes)
     if stored_attributes is None:
-        out.append("attributes: the table does not exist although daily_aggregates does")
-        return out
+        return out, ["attributes: the table does not exist although daily_aggregates does"]
+    out_attributes: list[str] = []
     as_of_text = state.attributes_source.get("as_of")
     as_of = dt.date.fromisoformat(as_of_text) if as_of_text else today
     expected = attrs.attributes(
         recomputed, as_of, settings.attribute_windows_days, settings.attributes
     )
     if sorted(expected.columns) != sorted(stored_attributes.columns):
-        out.append(
+        out_attributes.append(
             "attributes: columns differ from a recompute (settings changed since it was computed?)"
         )
-        return out
+        return out, out_attributes
     diff = _compare(
         stored_attributes.withColumn("_all", F.lit(1)),
         expected.withColumn("_all", F.lit(1)),
         "_all",
     )
     for _, (a, b) in diff.items():
-        out.append(
+        out_attributes.append(
             f"attributes (as of {as_of}): {a} stored rows differ from a recompute ({b} recomputed rows not stored)"
         )
-    return out
+    return out, out_attributes
 
 
 # ---------------------------------------------------------------------------------- status

@@ -29,7 +29,12 @@ from dagster import (
 from sessionize_assets.core.run_limits import caught_up
 from sessionize_assets.jobs import SESSION_MODELS_JOB, SESSIONS_LANE
 from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets.sessions.state import enabled_models, lake_state
+from sessionize_assets.sessions.state import (
+    enabled_models,
+    lake_state,
+    read_manifest,
+    settings_refusal,
+)
 from sessionize_assets.settings import Settings
 
 SENSOR_NAME = "session_models_sensor"
@@ -64,6 +69,9 @@ def build_sensors(settings: Settings) -> list[SensorDefinition]:
             return SensorResult(
                 skip_reason=SkipReason("filtered_events does not exist yet."), cursor=context.cursor
             )
+        refused = settings_refusal(settings, read_manifest(lake.table))
+        if refused:
+            return SensorResult(skip_reason=SkipReason(refused), cursor=context.cursor)
         verdict = caught_up(lake.current_time(), seen)
         if verdict.caught_up:
             return SensorResult(skip_reason=SkipReason(verdict.message), cursor=context.cursor)

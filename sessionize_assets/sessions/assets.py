@@ -3,8 +3,7 @@ and its bookkeeping tables, one op) and the metadata of its materializations. Th
 processing-manifest lock and calls `sessions.run.run_session_models`; nothing else is decided here.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: Dagster reads the op's `config:` annotation as a type.
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
@@ -13,6 +12,7 @@ from dagster import (
     AssetExecutionContext,
     AssetsDefinition,
     AssetSpec,
+    Config,
     MaterializeResult,
     MetadataValue,
     multi_asset,
@@ -20,6 +20,7 @@ from dagster import (
 
 from sessionize_assets.core import sessionize as core
 from sessionize_assets.core.clock import iso_or_none
+from sessionize_assets.errors import SettingsError
 from sessionize_assets.metadata import dagster_metadata, schema_metadata
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import SparkDeltaResource
@@ -44,6 +45,19 @@ GROUP = "session_based"
 ASSET_NAME = "session_models"
 
 LockFactory = Callable[[AssetExecutionContext, str], AbstractContextManager]
+
+
+class SessionModelsConfig(Config):
+    """Run configuration of `session_models` (the Launchpad's `ops: session_models: config:`)."""
+
+    refresh: bool = False  # rebuild every session model in full from filtered_events
+    yes: bool = False  # confirm a refresh (not needed with the setting allow_refresh: true)
+
+
+REFRESH_REFUSED = (
+    "A refresh rebuilds every session model from filtered_events: confirm it with `yes: true` in "
+    "the run config (`sessionize refresh --yes`), or set allow_refresh: true in the settings."
+)
 
 
 def build_assets(
@@ -129,16 +143,23 @@ def build_assets(
         required_resource_keys={"lake", "spark"},
         description="Snowplow-style incremental run of the session models (run limits, lifecycle manifest, quarantine).",
     )
-    def session_models(context):  # noqa: ANN001, ANN202 - Dagster inspects the annotation
+    def session_models(context, config: SessionModelsConfig):  # noqa: ANN001, ANN202
         started = time.monotonic()
         lake: LakeResource = context.resources.lake
+        if config.refresh and not (config.yes or lake.settings.allow_refresh):
+            raise SettingsError(REFRESH_REFUSED)
         spark: SparkDeltaResource = context.resources.spark
         session = spark.get_session()
         # The single place a processing-manifest lock wraps this run (item "session_models").
         guard = lock(context, ASSET_NAME) if lock is not None else nullcontext()
         with guard:
             run = run_session_models(
-                session, lake.table, lake.settings, lake.current_time(), context.log
+                session,
+                lake.table,
+                lake.settings,
+                lake.current_time(),
+                context.log,
+                refresh=config.refresh,
             )
         if observe is not None:
             observe(run)

@@ -10,11 +10,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sessionize_assets.errors import SettingsError
 from sessionize_assets.resources.dead_runs import run_tags
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.manifest_lock import session_lock
-from sessionize_assets.sessions.assets import build_assets
+from sessionize_assets.sessions.assets import ASSET_NAME, build_assets
 from sessionize_assets.sessions.outcome import SessionRunOutcome
+from sessionize_assets.sessions.state import read_manifest, settings_refusal
 
 
 @dataclass(frozen=True)
@@ -50,9 +52,16 @@ class SessionMaterializer:
             lake.settings, lock=session_lock, observe=self._seen.append
         )
 
-    def __call__(self) -> Materialized:
+    def __call__(self, refresh: bool = False, yes: bool = False) -> Materialized:
+        """One run; `refresh` rebuilds every model in full (`yes` confirms it). A run whose
+        settings define the models differently from those that built them is refused here, before
+        any Dagster run or Spark work (SettingsError: one sentence, exit status 2)."""
         import dagster
 
+        if not refresh:
+            refused = settings_refusal(self._lake.settings, read_manifest(self._lake.table))
+            if refused:
+                raise SettingsError(refused)
         self._seen.clear()
         result = dagster.materialize(
             self._definitions,
@@ -60,6 +69,7 @@ class SessionMaterializer:
             resources={"lake": self._lake, "spark": self._spark},
             raise_on_error=False,
             tags=self._tags,
+            run_config={"ops": {ASSET_NAME: {"config": {"refresh": refresh, "yes": yes}}}},
         )
         if not result.success:
             message, kind = _failure(result)

@@ -248,7 +248,8 @@ class IdMode:
         return table_or_empty(spark, path, LIFECYCLE_SCHEMA)
 
     def rebuilt_lifecycle(self, new_rows: DataFrame, known: DataFrame | None) -> DataFrame:
-        assert known is not None
+        if known is None:  # a refresh: no memory of sessions that vanished
+            return new_rows
         kept = known.join(new_rows.select("session_identifier"), "session_identifier", "left_anti")
         return new_rows.unionByName(kept)
 

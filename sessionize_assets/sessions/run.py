@@ -16,6 +16,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
+from sessionize_assets.core import model_definitions
 from sessionize_assets.core.clock import as_utc, iso_or_none
 from sessionize_assets.core.run_limits import (
     NO_DATA_WARNING,
@@ -23,6 +24,7 @@ from sessionize_assets.core.run_limits import (
     next_last_success,
     skips_window,
 )
+from sessionize_assets.errors import SettingsError
 from sessionize_assets.resources import shared_reads
 from sessionize_assets.resources.delta import delta_version, read_version, table_or_empty
 from sessionize_assets.resources.tables import (
@@ -40,6 +42,7 @@ from sessionize_assets.sessions.state import (
     enabled_models,
     limits_from,
     read_manifest,
+    settings_refusal,
     write_manifest,
 )
 from sessionize_assets.sessions.steps import (
@@ -60,14 +63,22 @@ def run_session_models(
     settings: Settings,
     now: dt.datetime,
     log: logging.Logger | Any | None = None,
+    refresh: bool = False,
 ) -> SessionRunOutcome:
     """One run of every enabled session model over the window the manifest gives (the imperative
-    shell the `session_models` asset calls)."""
+    shell the `session_models` asset calls). `refresh`: rebuild every model in full from
+    filtered_events up to the upper limit, forgetting the lifecycle manifest (`sessionize
+    refresh`); otherwise a run refuses settings that define the models differently from those that
+    built them (`state.settings_refusal`)."""
     log = log or logging.getLogger(__name__)
     now = as_utc(now)
     models = enabled_models(settings)
     mode = mode_for(settings)
     manifest = read_manifest(table_path)
+    if not refresh:
+        refused = settings_refusal(settings, manifest)
+        if refused:
+            raise SettingsError(refused)
     limits = limits_from(manifest, settings, now)
     for line in limits.log_lines():
         log.info(line)
@@ -111,7 +122,7 @@ def run_session_models(
         for model in models:
             outcome = outcomes[model]
             state = manifest.get(model)
-            if skips_window(state.last_success if state else None, limits):
+            if not refresh and skips_window(state.last_success if state else None, limits):
                 outcome.skipped_reason = (
                     f"already past this window (last_success {state.last_success.isoformat()} "
                     f">= upper limit {limits.upper_limit.isoformat()})"
@@ -125,6 +136,8 @@ def run_session_models(
             consumed = state.consumed_version if state else None
             try:
                 rebuild = _rebuild_reason(spark, table_path, model, state, version)
+                if refresh and model == SESSIONS:
+                    rebuild = "refresh requested: rebuilding sessions in full from filtered_events"
                 if rebuild is None and model != SESSIONS and outcomes[SESSIONS].full_rebuild_reason:
                     rebuild = f"sessions were rebuilt in full; rebuilding {model} in full"
                 changes = None
@@ -154,6 +167,7 @@ def run_session_models(
                             limits.upper_limit,
                             now,
                             outcome,
+                            forget_lifecycle=refresh,
                         )
                     else:
                         rebuild_user_model(spark, table_path, model, outcome)
@@ -226,6 +240,7 @@ def run_session_models(
                 consumed_version=outcome.consumed_version_after,
                 processed_through=limits.upper_limit,
                 updated_at=now,
+                definition=model_definitions.encode(model_definitions.definition(settings)),
             )
     run.manifest_changed = new_manifest != manifest
     if run.manifest_changed:

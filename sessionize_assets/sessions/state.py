@@ -10,6 +10,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from sessionize_assets import faults
+from sessionize_assets.core import model_definitions
 from sessionize_assets.core.clock import as_utc_or_none, midnight
 from sessionize_assets.core.run_limits import ConsumedState, LakeState, RunLimits, run_limits
 from sessionize_assets.resources.delta import delta_version, newest_value, read_small_table
@@ -41,6 +42,7 @@ class ModelState:
     consumed_version: int | None
     processed_through: dt.datetime | None
     updated_at: dt.datetime | None = None
+    definition: str | None = None  # the settings that built it (core.model_definitions.encode)
 
     def consumed(self) -> ConsumedState:
         """What the row says the model has seen (core.run_limits' view of it)."""
@@ -59,9 +61,22 @@ def read_manifest(table_path: TablePath) -> dict[str, ModelState]:
             else None,
             processed_through=as_utc_or_none(r.get("processed_through")),
             updated_at=as_utc_or_none(r.get("updated_at")),
+            definition=r.get("definition"),
         )
         for r in rows
     }
+
+
+def settings_refusal(settings: Settings, manifest: dict[str, ModelState]) -> str | None:
+    """Why a run with `settings` must not continue the models the manifest describes (one
+    sentence naming the changed setting and `sessionize refresh`), or None."""
+    current = model_definitions.definition(settings)
+    for model in enabled_models(settings):
+        state = manifest.get(model)
+        changes = model_definitions.changed_settings(state.definition if state else None, current)
+        if changes:
+            return model_definitions.refusal(model, changes)
+    return None
 
 
 def limits_from(manifest: dict[str, ModelState], settings: Settings, now: dt.datetime) -> RunLimits:
@@ -95,10 +110,12 @@ def write_manifest(path: str, states: dict[str, ModelState]) -> None:
             "consumed_version": pa.array([s.consumed_version for s in ordered], pa.int64()),
             "processed_through": pa.array([s.processed_through for s in ordered], ts),
             "updated_at": pa.array([s.updated_at for s in ordered], ts),
+            "definition": pa.array([s.definition for s in ordered], pa.string()),
         }
     )
     with faults.commit_of(path):
-        write_deltalake(path, table, mode="overwrite")
+        # schema_mode: a manifest written before definitions were recorded gains the column
+        write_deltalake(path, table, mode="overwrite", schema_mode="overwrite")
 
 
 def lake_state(settings: Settings, table_path: TablePath) -> LakeState:

@@ -362,11 +362,13 @@ def rebuild_sessions(
     upper: dt.datetime,
     now: dt.datetime,
     outcome: ModelOutcome,
+    forget_lifecycle: bool = False,
 ) -> None:
     """Recompute every session from filtered_events up to the upper limit (id mode: the lifecycle
-    manifest as given) and overwrite sessions, the lifecycle manifest and the quarantine."""
+    manifest as given, unless `forget_lifecycle`: a refresh starts without its memory) and
+    overwrite sessions, the lifecycle manifest and the quarantine."""
     lc_path = table_path(SESSIONS_LIFECYCLE_MANIFEST)
-    lifecycle = mode.known_lifecycle(spark, lc_path)
+    lifecycle = None if forget_lifecycle else mode.known_lifecycle(spark, lc_path)
     if lifecycle is not None:
         lifecycle = lifecycle.persist()
     result = core.compute_sessions(snapshot, settings, lifecycle, upper)

@@ -46,6 +46,6 @@ USER_SESSION_STATS_SCHEMA = (
 )
 MANIFEST_SCHEMA = (
     "model string, last_success timestamp, consumed_version long, processed_through timestamp, "
-    "updated_at timestamp"
+    "updated_at timestamp, definition string"
 )
 USER_MODEL_SCHEMAS = {USERS: USERS_SCHEMA, USER_SESSION_STATS: USER_SESSION_STATS_SCHEMA}

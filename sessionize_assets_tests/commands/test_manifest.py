@@ -150,3 +150,28 @@ def test_resolve_abandons_a_stale_lock_then_resolves_and_skip_is_final(spark, tm
         "Skipped item sessions/2024-03-01: not needed."
     )
     assert item_state(manifest.path, "sessions/2024-03-01").status is ItemStatus.SKIPPED
+
+
+def test_lock_ages_are_wall_clock_ages_under_now(spark, tmp_path, capsys):
+    """Lock records carry the wall clock; `manifest list`, `show` and `status` measure their age on
+    it too, so a replay's `--now` in the past does not turn a two-hour-old lock into "0s"."""
+    from sessionize_assets.cli import main
+    from sessionize_assets.core.clock import utc_now
+    from sessionize_assets.home import Home
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "sessionize.yaml").write_text("start_date: 2024-03-01\n")
+    path = Home(home).table("processing_manifest")
+    two_hours_ago = utc_now() - dt.timedelta(hours=2, minutes=5)
+    ProcessingManifest(spark, path, clock=lambda: two_hours_ago).lock(
+        "filtered_events/2024-03-02", "filtered_events", "run-9"
+    )
+    cli = ["--home", str(home), "--now", "2024-03-03T00:00:00"]
+    capsys.readouterr()
+    assert main([*cli, "manifest", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert "2h 5m" in listed or "2h 6m" in listed, listed
+    assert main([*cli, "manifest", "show", "filtered_events/2024-03-02"]) == 0
+    shown = capsys.readouterr().out
+    assert "2h 5m" in shown or "2h 6m" in shown, shown

@@ -27,6 +27,7 @@ from sessionize_assets.core.filtering import (
     outcome_counts,
 )
 from sessionize_assets.core.schema import REQUIRED_COLUMNS, TIMESTAMP_COLUMNS
+from sessionize_assets_tests.plans import executed_nodes, metric
 
 EVENTS_SCHEMA = T.StructType(
     [
@@ -331,25 +332,11 @@ def test_marking_equals_the_rules_in_plain_python_on_random_histories(spark, see
 
 def shuffled_rows(df: DataFrame) -> list[tuple[int, int]]:
     """(columns, records written) of every shuffle of `df`'s executed plan (run it first)."""
-    plan = df._jdf.queryExecution().executedPlan()
-    found = []
-
-    def walk(node: Any) -> None:
-        name = node.getClass().getSimpleName()
-        if name == "ShuffleExchangeExec":
-            found.append(
-                (node.output().size(), node.metrics().apply("shuffleRecordsWritten").value())
-            )
-        if name.endswith("QueryStageExec"):
-            walk(node.plan())
-        if name == "AdaptiveSparkPlanExec":
-            walk(node.finalPhysicalPlan())
-        children = node.children()
-        for i in range(children.size()):
-            walk(children.apply(i))
-
-    walk(plan)
-    return found
+    return [
+        (node.output().size(), metric(node, "shuffleRecordsWritten"))
+        for node in executed_nodes(df)
+        if node.getClass().getSimpleName() == "ShuffleExchangeExec"
+    ]
 
 
 def test_only_rows_whose_event_id_needs_a_decision_are_shuffled_at_full_width(spark) -> None:

@@ -81,3 +81,13 @@ def test_session_models_sensor(spark, home):
     later = tick(sensor, instance, lake, second.cursor)
     (request,) = later.run_requests
     assert request.run_key.startswith("session_models:v2:") and later.cursor == request.run_key
+
+    # the settings that built the models changed: skipped with the refusal, nothing requested
+    changed = settings.replace(session_mode="gap")
+    lake = LakeResource(home=str(home), config_file=str(write_settings(home, changed)), now=NOW)
+    (sensor,) = build_sensors(changed)
+    refused = tick(sensor, instance, lake, None)
+    assert not refused.run_requests
+    assert refused.skip_reason.skip_message.startswith(
+        "The setting session_mode changed from id to gap since sessions was built"
+    )

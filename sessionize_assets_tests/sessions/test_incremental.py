@@ -15,6 +15,7 @@ from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.tables import FILTERED_EVENTS, USERS
 from sessionize_assets.sessions.outcome import SessionModelError
 from sessionize_assets.sessions.state import current_limits, read_manifest
+from sessionize_assets_tests.plans import executed_nodes, metric
 from sessionize_assets_tests.sessions.support import (
     event,
     make_settings,
@@ -194,24 +195,11 @@ def test_a_vacuumed_change_feed_means_a_full_rebuild(spark, tmp_path):
 
 def files_read(df) -> int:
     """Files the scans of `df`'s executed plan opened (run it first)."""
-    plan = df._jdf.queryExecution().executedPlan()
-    total = 0
-
-    def walk(node) -> None:
-        nonlocal total
-        name = node.getClass().getSimpleName()
-        if name == "FileSourceScanExec":
-            total += int(node.metrics().apply("numFiles").value())
-        if name.endswith("QueryStageExec"):
-            walk(node.plan())
-        if name == "AdaptiveSparkPlanExec":
-            walk(node.finalPhysicalPlan())
-        children = node.children()
-        for i in range(children.size()):
-            walk(children.apply(i))
-
-    walk(plan)
-    return total
+    return sum(
+        metric(node, "numFiles")
+        for node in executed_nodes(df)
+        if node.getClass().getSimpleName() == "FileSourceScanExec"
+    )
 
 
 def test_the_read_opens_the_touched_sessions_days_not_the_days_between(spark, tmp_path):
@@ -243,3 +231,44 @@ def test_the_read_opens_the_touched_sessions_days_not_the_days_between(spark, tm
     assert files_read(narrow) == 2
     assert len(wide.collect()) > 20 * 24
     assert files_read(wide) == 21
+
+
+def test_a_changed_setting_stops_the_run_and_a_refresh_rebuilds_under_the_new_one(spark, tmp_path):
+    """max_session_days changed after the models were built: the run refuses with one sentence
+    (a run limit changed does not); a refresh rebuilds every model in full, after which the tables
+    equal a home built under the new setting from the start and runs go on."""
+    from sessionize_assets.errors import SettingsError
+    from sessionize_assets.resources.tables import SESSIONS, SESSIONS_LIFECYCLE_MANIFEST
+    from sessionize_assets.sessions.run import run_session_models
+    from sessionize_assets_tests.sessions.support import rows_of, table
+
+    days = {
+        DAY0 + dt.timedelta(days=i): daily_activity(DAY0 + dt.timedelta(days=i)) for i in range(4)
+    }
+    now = "2021-01-05T00:00:00"
+    before = make_settings(start_date=DAY0.isoformat(), backfill_limit_days=30, max_session_days=1)
+    after = before.replace(max_session_days=2)
+    home, fresh = tmp_path / "home", tmp_path / "fresh"
+    for h, s in ((home, before), (fresh, after)):
+        h.mkdir()
+        write_load_days(spark, h, days)
+        run_until_caught_up(spark, h, s, now)
+
+    with pytest.raises(SettingsError, match="max_session_days changed from 1 to 2") as refused:
+        run(spark, home, after, now)
+    assert "sessionize refresh sessions --yes" in str(refused.value)
+    run(spark, home, before.replace(backfill_limit_days=5), now)  # a run limit: no refusal
+
+    outcome = run_session_models(spark, Home(home).table, after, utc(now), refresh=True)
+    assert outcome.models["sessions"].full_rebuild_reason.startswith("refresh requested")
+    assert outcome.models["users"].full_rebuild_reason
+    for name, columns in (
+        (SESSIONS, ("session_identifier", "user_identifier", "start_tstamp", "end_tstamp")),
+        (USERS, ("user_identifier", "sessions")),
+        (SESSIONS_LIFECYCLE_MANIFEST, ("session_identifier", "end_tstamp", "is_quarantined")),
+    ):
+        got = rows_of(table(spark, home, name), *columns)
+        assert got == rows_of(table(spark, fresh, name), *columns), name
+        assert got, name
+    run(spark, home, after, now)  # the manifest records the new definition: no refusal
+    assert verify_sessions(lake_for(home, after, now), spark).ok
