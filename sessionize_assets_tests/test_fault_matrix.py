@@ -57,6 +57,10 @@ ALL_POINTS = CI_POINTS + [
     ("run", "after-commit:attributes"),
     ("run", "after-commit:sessions_lifecycle_manifest"),
     ("run", "after-commit:users"),
+    ("run", "before-commit:filtered_events"),
+    ("run", "after-commit:daily_aggregation_manifest"),
+    ("run", "before-commit:sessions"),
+    ("run", "after-commit:incremental_manifest"),
 ]
 POINTS = ALL_POINTS if os.environ.get("SESSIONIZE_FAULT_MATRIX") == "all" else CI_POINTS
 
