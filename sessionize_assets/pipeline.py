@@ -35,7 +35,7 @@ def _lake(ctx: CommandContext, now: dt.datetime | None = None) -> LakeResource:
     return ctx.lake_at(now)
 
 
-def _spark_resource(ctx: CommandContext) -> SparkDeltaResource:
+def spark_resource(ctx: CommandContext) -> SparkDeltaResource:
     """The Dagster Spark resource over the process's session (started once, shared by all runs)."""
     ctx.spark  # noqa: B018 - start the one session with the user's settings first
     return SparkDeltaResource(spark_config=dict(ctx.settings.spark))
@@ -118,7 +118,7 @@ def run_pipeline(ctx: CommandContext, now: dt.datetime | None = None) -> Pipelin
         sessions = _guarded_branch(
             report,
             "session-based branch",
-            lambda: run_sessions(lake, _spark_resource(ctx), ctx.instance),
+            lambda: run_sessions(lake, spark_resource(ctx), ctx.instance),
             log_file,
         )
         if sessions is not None:
@@ -174,7 +174,7 @@ def backfill_pipeline(
         sessions = _guarded_branch(
             report,
             "session-based branch",
-            lambda: run_sessions(lake, _spark_resource(ctx), ctx.instance),
+            lambda: run_sessions(lake, spark_resource(ctx), ctx.instance),
             log_file,
         )
         if sessions is not None:

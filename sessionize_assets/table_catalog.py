@@ -22,11 +22,11 @@ import pyarrow as pa
 
 from sessionize_assets.core import aggregates, attributes, schema
 from sessionize_assets.core.validate import INVALID_EVENTS_SCHEMA
-from sessionize_assets.ingest.loader import LOAD_LOG_SCHEMA, _ordered_columns
+from sessionize_assets.ingest.loader import LOAD_LOG_SCHEMA, ordered_columns
 from sessionize_assets.resources import tables as names
-from sessionize_assets.resources.cursor_store import _cursor_schema
+from sessionize_assets.resources.cursor_store import cursor_schema
 from sessionize_assets.resources.delta import schema_pairs
-from sessionize_assets.resources.processing_manifest import _spark_schema as _manifest_schema
+from sessionize_assets.resources.processing_manifest import spark_schema as manifest_spark_schema
 from sessionize_assets.sessions import tables as session_tables
 from sessionize_assets.settings import Settings
 from sessionize_assets.time_based import tables as time_tables
@@ -111,10 +111,10 @@ _LINEAGE_TYPES = {
 
 
 def _events_columns() -> tuple[Column, ...]:
-    """The loader's layout (`ingest.loader._ordered_columns`) of the canonical and lineage
+    """The loader's layout (`ingest.loader.ordered_columns`) of the canonical and lineage
     columns: timestamps typed, every other canonical column a string."""
     canonical = (*schema.REQUIRED_COLUMNS, *schema.TIMESTAMP_COLUMNS, *_LINEAGE_TYPES)
-    ordered = _ordered_columns(dict.fromkeys(canonical))
+    ordered = ordered_columns(dict.fromkeys(canonical))
     return _typed(
         (
             c,
@@ -341,7 +341,7 @@ def catalog(settings: Settings | None = None) -> tuple[Table, ...]:
         Table(
             names.PROCESSING_MANIFEST,
             "Append-only lock and state records of every processed item (asset partition, file).",
-            _from_struct(_manifest_schema()),
+            _from_struct(manifest_spark_schema()),
             ("record_id",),
             "a fresh uuid per record; appended as exactly the next version (compare-and-swap)",
             ("item_bucket",),
@@ -351,7 +351,7 @@ def catalog(settings: Settings | None = None) -> tuple[Table, ...]:
         Table(
             names.CURSOR_STATE,
             "Checkpoints of named cursors: resumable backfills and `load --by-load-date`.",
-            _from_struct(_cursor_schema()),
+            _from_struct(cursor_schema()),
             ("cursor_name", "sequence"),
             "insert-only MERGE refusing a sequence at or below the cursor's latest",
             (),

@@ -41,14 +41,14 @@ def refresh(ctx: CommandContext, models: Sequence[str], yes: bool) -> list[str]:
     """Rebuild the enabled session models (any named model rebuilds them all: users and
     user_session_stats are built from sessions). Returns the lines to print."""
     from sessionize_assets.commands.sessions import summarize
-    from sessionize_assets.pipeline import _spark_resource
+    from sessionize_assets.pipeline import spark_resource
     from sessionize_assets.sessions.materialize import SessionMaterializer
 
     enabled = enabled_models(ctx.settings)
     refused = refresh_refusal(models, enabled, yes, ctx.settings.allow_refresh)
     if refused:
         raise UserError(refused)
-    materialize = SessionMaterializer(ctx.lake, _spark_resource(ctx), ctx.instance)
+    materialize = SessionMaterializer(ctx.lake, spark_resource(ctx), ctx.instance)
     done = materialize(refresh=True, yes=True)
     if done.outcome is None and done.blocked:
         raise ItemLockedError(done.error or "the session models are locked by another run")

@@ -178,7 +178,7 @@ def _check_schema(existing: T.StructType | None, incoming: T.StructType) -> None
             )
 
 
-def _ordered_columns(columns: Iterable[str]) -> list[str]:
+def ordered_columns(columns: Iterable[str]) -> list[str]:
     columns = list(columns)
     canonical = [c for c in REQUIRED_COLUMNS if c in columns]
     canonical += [c for c in TIMESTAMP_COLUMNS if c in columns and c not in canonical]
@@ -279,7 +279,7 @@ def prepare_file(
     valid = validate.finish_valid(
         typed.drop("_raw_text", "_fallback_load_date", "_unreadable"), keep
     )
-    valid = valid.select(*_ordered_columns(valid.columns))
+    valid = valid.select(*ordered_columns(valid.columns))
     invalid = validate.invalid_rows(typed, F.col("_raw_text")).select(
         LOAD_DATE,
         "reason",
@@ -424,7 +424,7 @@ def land_batch(
             events_path = tables[EVENTS]
             union = _union(valid)
             writer = (
-                union.select(*_ordered_columns(union.columns))
+                union.select(*ordered_columns(union.columns))
                 .write.format("delta")
                 .mode("append")
                 .partitionBy(LOAD_DATE)

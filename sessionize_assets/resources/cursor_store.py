@@ -30,7 +30,7 @@ class CursorConflictError(UserError):
     """Another run checkpointed the same cursor since this run loaded it."""
 
 
-def _cursor_schema():  # noqa: ANN202
+def cursor_schema():  # noqa: ANN202
     from pyspark.sql import types as T
 
     return T.StructType(
@@ -79,7 +79,7 @@ class CursorCheckpointStore:
                 create_table(
                     self.spark,
                     self.path,
-                    _cursor_schema(),
+                    cursor_schema(),
                     properties={
                         "delta.appendOnly": "true",
                         "delta.enableDeletionVectors": "false",

@@ -115,7 +115,7 @@ _FIELDS = (
 )
 
 
-def _spark_schema():  # noqa: ANN202 - pyspark types are imported lazily
+def spark_schema():  # noqa: ANN202 - pyspark types are imported lazily
     from pyspark.sql import types as T
 
     kinds = {"string": T.StringType(), "timestamp": T.TimestampType(), "int": T.IntegerType()}
@@ -184,7 +184,7 @@ class ProcessingManifest(OperatorActions):
                 create_table(
                     self.spark,
                     self.path,
-                    _spark_schema(),
+                    spark_schema(),
                     partitioned_by=["item_bucket"],
                     properties={
                         "delta.appendOnly": "true",
