@@ -35,16 +35,22 @@ import psutil
 PROCESS_STARTED = time.time()
 
 
-def proportional_set_size(process: psutil.Process) -> int:
-    """A process's PSS (Linux `smaps_rollup`): shared pages are split between the processes that
-    share them, so the sum over forked Python workers is not counted twice. RSS elsewhere."""
+def _proc_bytes(path: str, field: str) -> int | None:
+    """A `<field> <n> kB` line of a /proc file, in bytes (None when unreadable)."""
     try:
-        for line in Path(f"/proc/{process.pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(field):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    return process.memory_info().rss
+    return None
+
+
+def proportional_set_size(process: psutil.Process) -> int:
+    """A process's PSS (Linux `smaps_rollup`): shared pages are split between the processes that
+    share them, so the sum over forked Python workers is not counted twice. RSS elsewhere."""
+    pss = _proc_bytes(f"/proc/{process.pid}/smaps_rollup", "Pss:")
+    return pss if pss is not None else process.memory_info().rss
 
 
 def family(me: psutil.Process, roots: Sequence[psutil.Process] = ()) -> list[psutil.Process]:
@@ -110,13 +116,7 @@ class MemorySampler:
 
 def hwm(pid: int) -> int:
     """A process's peak RSS (VmHWM, Linux; 0 when unknown)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+    return _proc_bytes(f"/proc/{pid}/status", "VmHWM:") or 0
 
 
 def high_water_marks() -> dict[str, int]:
