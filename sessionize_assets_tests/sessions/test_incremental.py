@@ -234,9 +234,10 @@ def test_the_read_opens_the_touched_sessions_days_not_the_days_between(spark, tm
 
 
 def test_a_changed_setting_stops_the_run_and_a_refresh_rebuilds_under_the_new_one(spark, tmp_path):
-    """max_session_days changed after the models were built: the run refuses with one sentence
-    (a run limit changed does not); a refresh rebuilds every model in full, after which the tables
-    equal a home built under the new setting from the start and runs go on."""
+    """session_mode changed from id to gap after the models were built: the run refuses with one
+    sentence (a run limit changed does not); a refresh rebuilds every model in full, after which
+    the tables differ from before and equal a home built under the new setting from the start,
+    and runs go on."""
     from sessionize_assets.errors import SettingsError
     from sessionize_assets.resources.tables import SESSIONS, SESSIONS_LIFECYCLE_MANIFEST
     from sessionize_assets.sessions.run import run_session_models
@@ -247,28 +248,33 @@ def test_a_changed_setting_stops_the_run_and_a_refresh_rebuilds_under_the_new_on
     }
     now = "2021-01-05T00:00:00"
     before = make_settings(start_date=DAY0.isoformat(), backfill_limit_days=30, max_session_days=1)
-    after = before.replace(max_session_days=2)
+    after = before.replace(session_mode="gap")
     home, fresh = tmp_path / "home", tmp_path / "fresh"
     for h, s in ((home, before), (fresh, after)):
         h.mkdir()
         write_load_days(spark, h, days)
         run_until_caught_up(spark, h, s, now)
 
-    with pytest.raises(SettingsError, match="max_session_days changed from 1 to 2") as refused:
+    with pytest.raises(SettingsError, match="session_mode changed from id to gap") as refused:
         run(spark, home, after, now)
     assert "sessionize refresh sessions --yes" in str(refused.value)
     run(spark, home, before.replace(backfill_limit_days=5), now)  # a run limit: no refusal
 
+    columns = ("session_identifier", "user_identifier", "start_tstamp", "end_tstamp")
+    built_by_id = rows_of(table(spark, home, SESSIONS), *columns)
     outcome = run_session_models(spark, Home(home).table, after, utc(now), refresh=True)
     assert outcome.models["sessions"].full_rebuild_reason.startswith("refresh requested")
     assert outcome.models["users"].full_rebuild_reason
-    for name, columns in (
-        (SESSIONS, ("session_identifier", "user_identifier", "start_tstamp", "end_tstamp")),
+    for name, compared in (
+        (SESSIONS, columns),
         (USERS, ("user_identifier", "sessions")),
         (SESSIONS_LIFECYCLE_MANIFEST, ("session_identifier", "end_tstamp", "is_quarantined")),
     ):
-        got = rows_of(table(spark, home, name), *columns)
-        assert got == rows_of(table(spark, fresh, name), *columns), name
+        got = rows_of(table(spark, home, name), *compared)
+        assert got == rows_of(table(spark, fresh, name), *compared), name
         assert got, name
+    # gap mode names its sessions differently: no session id of the id-mode build is left
+    ids_now = {r[0] for r in rows_of(table(spark, home, SESSIONS), "session_identifier")}
+    assert ids_now and not ids_now & {r[0] for r in built_by_id}
     run(spark, home, after, now)  # the manifest records the new definition: no refusal
     assert verify_sessions(lake_for(home, after, now), spark).ok
