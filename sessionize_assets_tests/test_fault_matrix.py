@@ -12,6 +12,7 @@ command took (`pytest -s` shows it).
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import shutil
 import signal
@@ -85,7 +86,7 @@ def homes(spark, tmp_path_factory) -> dict[str, Path]:
         two.mkdir()
         (two / "sessionize.yaml").write_text((root / "loaded" / "sessionize.yaml").read_text())
         for offset in range(DAYS - 1):
-            day = f"{START.fromordinal(START.toordinal() + offset)}"
+            day = START + dt.timedelta(days=offset)
             assert (
                 _cli(
                     two,
@@ -135,7 +136,7 @@ def test_killed_at_a_fail_point_then_run_again_gives_the_uninterrupted_tables(
     home = tmp_path / "home"
     if command == "load":
         shutil.copytree(homes["two"], home)
-        last = START.fromordinal(START.toordinal() + DAYS - 1)
+        last = START + dt.timedelta(days=DAYS - 1)
         args = [
             "load",
             str(homes["landing"] / f"load_date={last}"),
