@@ -671,5 +671,39 @@ def _engine_error(exc: BaseException, ctx: CommandContext | None, verbose: bool)
     return sentence
 
 
+def run() -> NoReturn:
+    """The `sessionize` command: `main`, then leave without the interpreter's native teardown.
+
+    pyarrow and delta-rs keep native worker threads; when the interpreter's teardown destroys
+    their pools while a worker is still alive, the process aborts with "terminate called without
+    an active exception" and exit status -6 after the command has done its work (apache/arrow
+    #34314, delta-io/delta-rs #2184; seen here after `status`). So the command waits for its own
+    threads, runs Python's exit handlers (logging, pyspark's JVM), flushes and exits at once."""
+    try:
+        status = main()
+    except SystemExit as exc:  # argparse's --help and usage errors
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+        status = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    leave(status)
+
+
+def leave(status: int) -> NoReturn:
+    """Exit with `status` after Python's exit handlers, skipping the native teardown."""
+    import atexit
+    import threading
+
+    try:
+        for thread in threading.enumerate():
+            if thread is not threading.main_thread() and not thread.daemon:
+                thread.join()
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(int(status))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

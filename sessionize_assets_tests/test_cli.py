@@ -68,3 +68,27 @@ def test_export_of_a_missing_table_names_the_known_ones(tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert "sesions" in err and "sessions" in err
+
+
+def test_the_command_leaves_after_its_threads_and_exit_handlers_with_its_status(tmp_path):
+    """`sessionize` ends with os._exit (no native teardown, which can abort with -6 after the
+    work is done); what Python's own exit would have done still happens first, in order."""
+    program = (
+        "import atexit, threading, time\n"
+        "from sessionize_assets.cli import leave\n"
+        "atexit.register(lambda: print('exit handler', flush=False))\n"
+        "threading.Thread(target=lambda: (time.sleep(0.3), print('thread', flush=False))).start()\n"
+        "print('work', flush=False)\n"
+        "leave(3)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 3, result.stderr
+    assert result.stdout.splitlines() == ["work", "thread", "exit handler"]
+
+
+def test_usage_errors_keep_argparse_status_through_the_entry_point(tmp_path):
+    assert _run(["no-such-command"], tmp_path).returncode == 2
+    helped = _run(["--help"], tmp_path)
+    assert helped.returncode == 0 and "usage:" in helped.stdout
