@@ -63,6 +63,9 @@ class Settings:
     max_clock_skew_minutes: int = 10
     # A load time more than this after "now" is implausible: the row is rejected, not landed.
     max_load_ahead_minutes: int = 60
+    # An event time more than this many days before its own load time is implausible (a device
+    # clock at 1970, say): the row is rejected, not landed. 0: no such bound.
+    max_event_age_days: int = 365
     # The text encoding of CSV and JSON input files (a BOM, when present, wins).
     input_encoding: str = "utf-8"
     app_ids: tuple[str, ...] = ()
@@ -222,6 +225,7 @@ def from_mapping(raw: Mapping[str, Any], today: dt.date | None = None) -> Settin
             "dedupe_lookback_days",
             "max_clock_skew_minutes",
             "max_load_ahead_minutes",
+            "max_event_age_days",
         ):
             values[key] = _int(key, value, 0)
         elif key == "input_encoding":

@@ -132,6 +132,7 @@ def classify(
     df: DataFrame,
     max_clock_skew_minutes: int,
     load_time_bounds: tuple[dt.datetime, dt.datetime] | None = None,
+    max_event_age_days: int = 0,
 ) -> DataFrame:
     """Apply fall-backs and add `_invalid_reason` (null for usable rows).
 
@@ -140,8 +141,11 @@ def classify(
     time, missing load time, a load time outside `load_time_bounds` (`[earliest, latest]`:
     before start_date, or later than now plus max_load_ahead_minutes: such a row would create a
     load day that is never processed), event time more than `max_clock_skew_minutes` after its
-    load time. `_implausible_load` marks the rows rejected for their load time (they are filed
-    under the file's fallback day, not under the implausible one).
+    load time, event time more than `max_event_age_days` days before its load time (0: no such
+    bound; a device clock at 1970 would create an event day no one asked for). `_implausible_load`
+    marks the rows rejected for their load time (they are filed under the file's fallback day,
+    not under the implausible one); a row rejected for its event time has a plausible load time
+    and is filed under that load day.
     """
     # Decide unparseable values before the fall-backs fill the nulls they leave.
     unparseable = F.coalesce(
@@ -190,8 +194,30 @@ def classify(
             F.col("derived_tstamp") > F.col("load_tstamp") + skew,
             F.lit(f"event time more than {max_clock_skew_minutes} minutes after its load time"),
         ),
+        event_too_old(max_event_age_days),
     )
     return df.withColumn(REASON, reason).drop("_unparseable")
+
+
+def event_age_reason(max_event_age_days: int) -> str:
+    """The `invalid_events` reason of an event time too far before its load time."""
+    return (
+        f"implausible event time: more than {max_event_age_days} days before its load time "
+        "(max_event_age_days)"
+    )
+
+
+def event_too_old(max_event_age_days: int) -> Column:
+    """The reason when the event time (`derived_tstamp`, already filled from `collector_tstamp`)
+    is more than `max_event_age_days` days before `load_tstamp`; null otherwise, and always
+    null when the bound is 0 (off)."""
+    if max_event_age_days <= 0:
+        return F.lit(None).cast("string")
+    age = F.expr(f"INTERVAL {int(max_event_age_days)} DAYS")
+    return F.when(
+        F.col("derived_tstamp") < F.col("load_tstamp") - age,
+        F.lit(event_age_reason(max_event_age_days)),
+    )
 
 
 def row_hash(columns: Sequence[str]) -> Column:

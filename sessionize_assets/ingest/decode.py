@@ -3,7 +3,8 @@
 Spark reads text as UTF-8 and replaces undecodable bytes with U+FFFD without a word; a byte-order
 mark becomes part of the first column's name. So before Spark sees a CSV or JSON file:
 
-- a UTF-8 byte-order mark is stripped (Excel's "CSV UTF-8"), a UTF-16 one selects UTF-16;
+- a UTF-8 byte-order mark is stripped (Excel's "CSV UTF-8"), a UTF-16 one selects UTF-16 (when
+  the file is not valid UTF-16 after all, it is read as `input_encoding` says, line by line);
 - every line is decoded strictly with the file's encoding (`input_encoding`, UTF-8 by default);
 - a line that does not decode is kept as a *marked* line: `UNDECODABLE` followed by the line with
   its bad bytes escaped (`\\xNN`). The reader turns it into an `invalid_events` row with the
@@ -92,12 +93,11 @@ def decode_file(path: Path, encoding: str, work_dir: Path) -> DecodedFile:
         data, bom, encoding = data[len(UTF8_BOM) :], True, "utf-8"
     elif data.startswith(UTF16_BOMS):
         try:
-            text = data.decode("utf-16")
+            data, bom, encoding = data.decode("utf-16").encode("utf-8"), True, "utf-16"
         except UnicodeDecodeError:
-            raise UserError(
-                f"{path} starts with a UTF-16 byte-order mark but is not valid UTF-16."
-            ) from None
-        data, bom, encoding = text.encode("utf-8"), True, "utf-16"
+            # Not UTF-16 after all (binary data starting with FF FE, say): read as the setting
+            # says, so its lines are rejected as undecodable rather than stopping the command.
+            pass
     work_dir.mkdir(parents=True, exist_ok=True)
     target = work_dir / f"{len(list(work_dir.iterdir())):06d}-{path.name}"
     bad = 0
@@ -111,12 +111,21 @@ def decode_file(path: Path, encoding: str, work_dir: Path) -> DecodedFile:
     )
 
 
-def first_line(decoded: DecodedFile) -> str:
-    """The first line of the readable text (the CSV header), without its line break."""
+def header_text(decoded: DecodedFile) -> str | None:
+    """The first line of the readable text (the CSV header), without its line break; None when
+    its bytes did not decode."""
     with decoded.readable.open("rb") as handle:
         raw = handle.readline()
     text, ok = decode_line(raw, "utf-8")
     if not ok or text.startswith(UNDECODABLE):
+        return None
+    return text
+
+
+def first_line(decoded: DecodedFile) -> str:
+    """`header_text`, or a UserError naming the file when the line did not decode."""
+    text = header_text(decoded)
+    if text is None:
         raise UserError(
             f"{decoded.source}'s first line (the CSV header) is not {decoded.encoding} text; "
             "set input_encoding to the file's encoding."

@@ -242,9 +242,13 @@ def prepare_file(
     raw, data_columns = read_raw(spark, path, decoded)
     raw = validate.apply_column_mapping(raw, settings.column_mapping)
     if load_tstamp_from is not None and load_tstamp_from not in raw.columns:
-        raise UserError(
-            f"--load-tstamp-from names column `{load_tstamp_from}`, which {path} does not have."
-        )
+        if data_columns:
+            raise UserError(
+                f"--load-tstamp-from names column `{load_tstamp_from}`, which {path} does not have."
+            )
+        # No column of the file could be read (an unreadable CSV header): every row is rejected
+        # with the reader's reason, none needs the column.
+        raw = raw.withColumn(load_tstamp_from, F.lit(None).cast("string"))
     raw = raw.withColumn("_unreadable", F.col(validate.REASON).isNotNull())
     typed = validate.canonicalize(raw)
     typed = validate.fill_load_tstamp(typed, load_tstamp, load_tstamp_from, now)
@@ -264,6 +268,7 @@ def prepare_file(
                 midnight(settings.start_date),
                 now + dt.timedelta(minutes=settings.max_load_ahead_minutes),
             ),
+            max_event_age_days=settings.max_event_age_days,
         )
         .withColumn("_fallback_load_date", F.lit(fallback_day))
         .withColumn(SOURCE_FILE, F.lit(source))
@@ -483,9 +488,10 @@ def load_paths(
 ) -> LoadReport:
     """Land files or folders into `events`; a file loaded before (same SHA-256) is skipped.
 
-    Every file is planned and checked first (unreadable headers, a missing --load-tstamp-from
-    column, a column changing type: one UserError before anything is written), then the files
-    land in batches (`plan_batches`), each in one Spark pass. With `manifest_path`, every file
+    Every file is planned and checked first (a text CSV header with a blank or repeated column
+    name, a missing --load-tstamp-from column, a column changing type: one UserError before
+    anything is written; a header that is not text only rejects its own file's lines), then the
+    files land in batches (`plan_batches`), each in one Spark pass. With `manifest_path`, every file
     is an item of the processing manifest (`file/<sha256>`): a batch's files are locked in one
     commit, all or none, and marked Processed (or Failed with the error) in one more.
     """

@@ -16,7 +16,7 @@ from pyspark.sql import types as T
 
 from sessionize_assets.core import validate
 from sessionize_assets.errors import UserError
-from sessionize_assets.ingest.decode import UNDECODABLE, DecodedFile, first_line
+from sessionize_assets.ingest.decode import UNDECODABLE, DecodedFile, header_text
 from sessionize_assets.ingest.decode import reason as decode_reason
 
 FORMATS = {
@@ -28,15 +28,34 @@ FORMATS = {
 }
 
 
-def _csv_header(decoded: DecodedFile) -> list[str]:
+REPEATED_HEADER = "repeated CSV header line (files joined with cat?)"
+"""The `invalid_events` reason of a later line equal to the file's header line."""
+
+
+def unreadable_header_reason(decoded: DecodedFile) -> str | None:
+    """Why a CSV file's first line cannot be its header (binary data, the wrong encoding), as the
+    `invalid_events` reason of every line of the file; None when it is text."""
+    first = header_text(decoded)
+    if first is None:
+        why = f"not valid {decoded.encoding} text; set input_encoding if the file uses another"
+    elif any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in first):
+        why = "it holds control characters: binary data?"
+    else:
+        return None
+    return f"unreadable CSV header ({why}): no line of the file can be read as a row"
+
+
+def _csv_header(decoded: DecodedFile) -> tuple[str, list[str]]:
+    """(the header line, its column names); a header naming no usable columns is a UserError."""
     path = decoded.source
-    first = first_line(decoded)
+    first = header_text(decoded)
+    assert first is not None  # `unreadable_header_reason` was None
     header = next(csv.reader(io.StringIO(first)), [])
     if not header or any(not h.strip() for h in header):
         raise UserError(f"{path} has no usable CSV header row (a named column per field).")
     if len(set(header)) != len(header):
         raise UserError(f"{path} names a column twice in its header row.")
-    return [h.strip() for h in header]
+    return first, [h.strip() for h in header]
 
 
 def _text_lines(spark: SparkSession, decoded: DecodedFile) -> DataFrame:
@@ -57,9 +76,15 @@ def read_raw(
 ) -> tuple[DataFrame, list[str]]:
     """The file's rows with their raw text in `_raw_text` and the reader's reason, if any.
 
-    Returns the DataFrame and its data columns (the file's own column names). `decoded` is the
-    UTF-8 text to read for a CSV or JSON file (`ingest.decode.decode_file`; default: the file
-    itself, which must then be UTF-8).
+    Returns the DataFrame and its data columns (the file's own column names; none when no
+    column could be read: every row then carries the reader's reason). `decoded` is the UTF-8
+    text to read for a CSV or JSON file (`ingest.decode.decode_file`; default: the file itself,
+    which must then be UTF-8).
+
+    CSV: the first line is the header and is not a row; a later line equal to it (files joined
+    with `cat`) is a row rejected as `REPEATED_HEADER`. A first line that is not text (binary
+    data, another encoding) rejects every line of the file with `unreadable_header_reason`:
+    the other files of the command still load.
     """
     fmt = FORMATS[path.suffix.lower()]
     if fmt in ("csv", "json") and decoded is None:
@@ -68,13 +93,29 @@ def read_raw(
         F.when(F.col("_undecodable"), F.lit(decode_reason(decoded.encoding))) if decoded else None
     )
     if fmt == "csv":
-        header = _csv_header(decoded)
+        unreadable = unreadable_header_reason(decoded)
+        if unreadable is not None:
+            lines = _text_lines(spark, decoded)
+            return lines.select(
+                F.col("value").alias("_raw_text"), F.lit(unreadable).alias(validate.REASON)
+            ), []
+        header_line, header = _csv_header(decoded)
         schema = ", ".join(f"`{h}` STRING" for h in header) + f", `{validate.CORRUPT}` STRING"
-        header_line = first_line(decoded)
-        lines = _text_lines(spark, decoded).where(F.col("value") != header_line)
+        # The file's first line is the first row of its first split: Spark orders one file's
+        # splits by offset (equal sizes; only the last is shorter), so that row's id is 0.
+        # Only that line is the header; a later copy of it is a row, rejected with a reason.
+        lines = (
+            _text_lines(spark, decoded)
+            .withColumn("_line_id", F.monotonically_increasing_id())
+            .where(~((F.col("_line_id") == 0) & (F.col("value") == header_line)))
+        )
+        repeated_header = F.when(
+            F.col("value").isin(header_line, "\ufeff" + header_line), F.lit(REPEATED_HEADER)
+        )
         parsed = lines.select(
             F.col("value").alias("_raw_text"),
             "_undecodable",
+            repeated_header.alias("_repeated_header"),
             F.from_csv(
                 "value",
                 schema,
@@ -84,9 +125,10 @@ def read_raw(
                     "escape": '"',
                 },
             ).alias("r"),
-        ).select("_raw_text", "_undecodable", "r.*")
+        ).select("_raw_text", "_undecodable", "_repeated_header", "r.*")
         reason = F.coalesce(
             undecodable,
+            F.col("_repeated_header"),
             F.when(
                 F.col(validate.CORRUPT).isNotNull(),
                 F.lit(f"wrong number of fields (expected {len(header)})"),
@@ -99,13 +141,14 @@ def read_raw(
                 F.when((F.col(h) == "") | F.col("_undecodable"), F.lit(None)).otherwise(F.col(h)),
             )
         return parsed.withColumn(validate.REASON, reason).drop(
-            validate.CORRUPT, "_undecodable"
+            validate.CORRUPT, "_undecodable", "_repeated_header"
         ), header
     if fmt == "json":
         uri = str(decoded.readable.resolve())
         inferred = spark.read.json(uri).schema
         fields = [f for f in inferred.fields if f.name != validate.CORRUPT]
-        if not fields and decoded.undecodable_lines:
+        no_columns = not fields and decoded.undecodable_lines > 0
+        if no_columns:
             # Nothing decodable to infer a schema from: every line is rejected as undecodable.
             fields = [T.StructField("event_id", T.StringType())]
         if not fields:
@@ -147,7 +190,7 @@ def read_raw(
             )
         return parsed.withColumn(validate.REASON, reason).drop(
             validate.CORRUPT, "_undecodable"
-        ), data
+        ), [] if no_columns else data
     uri = str(path.resolve())
     frame = spark.read.parquet(uri)
     columns = list(frame.columns)

@@ -10,6 +10,7 @@ from sessionize_assets.ingest.decode import (
     decode_file,
     decode_line,
     first_line,
+    header_text,
 )
 
 
@@ -60,3 +61,22 @@ def test_an_undecodable_header_is_one_sentence(tmp_path) -> None:
     decoded = decode_file(f, "utf-8", tmp_path / "work")
     with pytest.raises(UserError, match="first line .* is not utf-8 text"):
         first_line(decoded)
+
+
+def test_a_false_utf16_bom_is_read_line_by_line_not_an_error(tmp_path) -> None:
+    """Binary data starting with FF FE (not valid UTF-16): its lines are marked undecodable
+    (rejected rows later), instead of one error stopping the whole command."""
+    f = tmp_path / "a.csv"
+    f.write_bytes(b"\xff\xfe\x00\xd8\x01\n\x02\n")
+    decoded = decode_file(f, "utf-8", tmp_path / "work")
+    assert decoded.encoding == "utf-8" and not decoded.bom_stripped
+    assert decoded.undecodable_lines == 1
+    lines = decoded.readable.read_text(encoding="utf-8").split("\n")
+    assert lines[:2] == [UNDECODABLE + "\\xff\\xfe\x00\\xd8\x01", "\x02"]
+    assert header_text(decoded) is None
+
+
+def test_header_text_of_a_text_first_line(tmp_path) -> None:
+    f = tmp_path / "a.csv"
+    f.write_bytes(b"h,i\r\n1,2\n")
+    assert header_text(decode_file(f, "utf-8", tmp_path / "work")) == "h,i"

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from sessionize_assets.errors import UserError
+from sessionize_assets.errors import SettingsError, UserError
 from sessionize_assets.home import Home
 from sessionize_assets.ingest.loader import file_sha256, load_paths
 from sessionize_assets.resources.tables import EVENTS, INVALID_EVENTS, LOAD_LOG
@@ -353,3 +353,92 @@ def test_a_load_that_failed_after_its_commit_lands_once_when_retried(spark, home
     assert _invalid(spark, home).count() == 2
     for f in files:
         assert item_state(manifest_path, f"file/{file_sha256(f)}").status is ItemStatus.PROCESSED
+
+
+def _age_file(folder: Path) -> Path:
+    f = folder / "ages.csv"
+    f.write_text(
+        "\n".join(
+            [
+                HEADER,
+                "a1,web,page_view,u1,s1,1970-01-01 00:00:00,,2024-03-01 10:00:05,x",  # epoch clock
+                "a2,web,page_view,u1,s1,2024-03-01 10:00:00,1999-12-31 23:59:59,2024-03-01 10:00:05,x",
+                "a3,web,page_view,u1,s1,2024-01-15 10:00:00,,2024-03-01 10:00:05,x",  # 46 days old
+                "a4,web,page_view,u1,s1,2024-03-01 10:00:00,,2024-03-01 10:00:05,x",
+            ]
+        )
+        + "\n"
+    )
+    return f
+
+
+def test_an_event_time_implausibly_older_than_its_load_time_is_rejected(spark, home, tmp_path):
+    """`max_event_age_days` (default 365) bounds the event time (`derived_tstamp`, else
+    `collector_tstamp`) from below, relative to the row's own load time; 0 turns it off."""
+    from sessionize_assets.settings import from_mapping
+
+    assert Settings().max_event_age_days == 365
+    report = _load(spark, home, [_age_file(tmp_path)])
+    assert (report.rows_read, report.rows_kept, report.rows_invalid) == (4, 2, 2)
+    reason = "implausible event time: more than 365 days before its load time (max_event_age_days)"
+    assert report.files[0].invalid_by_reason == {reason: 2}
+    invalid = {r["raw"].split(",")[0]: r for r in _invalid(spark, home).collect()}
+    assert set(invalid) == {"a1", "a2"}
+    assert {r["load_date"] for r in invalid.values()} == {dt.date(2024, 3, 1)}  # its load day
+    assert sorted(r["event_id"] for r in _events(spark, home).collect()) == ["a3", "a4"]
+
+    tighter = _load(
+        spark, tmp_path / "h30", [_age_file(tmp_path)], Settings().replace(max_event_age_days=30)
+    )
+    assert (tighter.rows_kept, tighter.rows_invalid) == (1, 3)
+    off = _load(
+        spark, tmp_path / "h0", [_age_file(tmp_path)], Settings().replace(max_event_age_days=0)
+    )
+    assert (off.rows_kept, off.rows_invalid) == (4, 0)
+    with pytest.raises(SettingsError, match="`max_event_age_days`"):
+        from_mapping({"max_event_age_days": -1})
+
+
+def test_an_unreadable_csv_header_rejects_that_file_and_the_others_load(spark, home, tmp_path):
+    """Binary data named .csv: its lines go to invalid_events with the reason (also with
+    --load-tstamp-from, whose column it cannot have); the good file lands."""
+    good = _day_file(tmp_path, "good.csv", "2024-03-01", ["g1"])
+    binary = tmp_path / "photo.csv"
+    binary.write_bytes(b"\x89PNG\xff\xfe\x00\x01,\x02\n\xbe\xef\n")
+    report = _load(spark, home, [binary, good], load_tstamp_from="load_tstamp")
+    assert [(f.rows_read, f.rows_kept, f.rows_invalid) for f in report.files] == [
+        (2, 0, 2),
+        (2, 1, 1),
+    ]
+    [reason] = report.files[0].invalid_by_reason
+    assert reason.startswith("unreadable CSV header (not valid utf-8 text; set input_encoding")
+    assert report.rows_read == report.rows_kept + report.rows_invalid
+    assert [r["event_id"] for r in _events(spark, home).collect()] == ["g1"]
+    raws = {r["raw"] for r in _invalid(spark, home).where(F.col("reason") == reason).collect()}
+    assert raws == {"\\x89PNG\\xff\\xfe\x00\x01,\x02", "\\xbe\\xef"}
+
+
+def test_repeated_header_lines_are_rejected_in_every_split_of_a_file(spark, home, tmp_path):
+    """A file Spark reads in many splits: only its first line is the header; every later copy
+    (in the first split or another) is a row rejected with the reason."""
+    lines = [HEADER]
+    for n in range(40):
+        lines.append(f"s{n},web,page_view,u1,s1,2024-03-01 10:00:00,,2024-03-01 10:00:05,x")
+        if n % 10 == 0:
+            lines.append(HEADER)
+    f = tmp_path / "joined.csv"
+    f.write_text("\n".join(lines) + "\n")
+    key = "spark.sql.files.maxPartitionBytes"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "512")
+    try:
+        assert spark.read.text(str(f)).rdd.getNumPartitions() > 4
+        report = _load(spark, home, [f])
+    finally:
+        spark.conf.set(key, before)
+    assert (report.rows_read, report.rows_kept, report.rows_invalid) == (44, 40, 4)
+    assert report.files[0].invalid_by_reason == {
+        "repeated CSV header line (files joined with cat?)": 4
+    }
+    assert report.lines()[-1] == "total: read 44 = kept 40 + rejected 4"
+    assert {r["raw"] for r in _invalid(spark, home).collect()} == {HEADER}

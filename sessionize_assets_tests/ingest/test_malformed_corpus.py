@@ -120,6 +120,43 @@ def _corpus() -> dict[str, tuple[bytes, int, int, dict[str, int]]]:
         ),
         # Binary data in a JSON file: every line rejected, the command goes on.
         "binary.json": (b"\x00\xff\xfe\x89PNG\n\xde\xad\xbe\xef\n", 2, 0, {"undecodable bytes": 2}),
+        # Binary data in a CSV file: no header to read, so every line (the first one too) is
+        # rejected, and the other files of the command still load.
+        "binary.csv": (
+            b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\n\xde\xad,\xbe\xef\n",
+            5,
+            0,
+            {"unreadable CSV header (not valid utf-8": 5},
+        ),
+        # Binary bytes that happen to be valid UTF-8: control characters are no column names.
+        "control_header.csv": (b"\x00\x01,,\x02\n\x03\x04\n", 2, 0, {"unreadable CSV header": 2}),
+        # Starts like UTF-16 (FF FE) but is not: read as input_encoding says, not an error.
+        "fake_utf16.csv": (b"\xff\xfe\x00\xd8\x01\n\x02\n", 2, 0, {"unreadable CSV header": 2}),
+        # Two exports joined with `cat` (the second one an Excel "CSV UTF-8" with its BOM): the
+        # repeated header lines are rows rejected with a reason, not dropped unseen.
+        "concatenated.csv": (
+            f"{HEADER}\n{_row('cat-1')}\n{HEADER}\n{_row('cat-2')}\n".encode()
+            + codecs.BOM_UTF8
+            + f"{HEADER}\n{_row('cat-3')}\n".encode(),
+            5,
+            3,
+            {"repeated CSV header line": 2},
+        ),
+        # A device clock at 1970 (with a plausible load time): no event day in 1970.
+        "old_event_time.csv": (
+            "\n".join(
+                [
+                    HEADER,
+                    _row("epoch", collector="1970-01-01 00:00:00"),
+                    _row("year-old", collector="2023-03-01 10:00:04"),  # 366 days before
+                    _row("recent", collector="2023-03-02 10:00:06"),  # 365 days before: kept
+                ]
+            ).encode()
+            + b"\n",
+            3,
+            1,
+            {"implausible event time: more than 365 days before its load time": 2},
+        ),
     }
 
 
@@ -231,3 +268,34 @@ def test_input_encoding_latin1_keeps_the_row(spark, tmp_path) -> None:
     assert main(["--home", str(home), "--now", NOW, "load", str(f)]) == 0
     rows = spark.read.format("delta").load(Home(home).table(EVENTS)).collect()
     assert [(r["event_id"], r["note"]) for r in rows] == [("lat-1", "caf\u00e9")]
+
+
+def test_unreadable_csv_header_rejects_its_lines_with_their_bytes(loaded) -> None:
+    spark, home, *_ = loaded
+    invalid = spark.read.format("delta").load(home.table(INVALID_EVENTS))
+    rows = invalid.where("_source_file LIKE '%/binary.csv'").collect()
+    assert rows and all(r["reason"].startswith("unreadable CSV header") for r in rows)
+    assert "\\x89PNG" in {r["raw"] for r in rows}
+    # Filed under the command's day (no load time could be read), not lost.
+    assert {str(r["load_date"]) for r in rows} == {NOW[:10]}
+
+
+def test_repeated_header_lines_are_rejected_rows(loaded) -> None:
+    spark, home, *_ = loaded
+    invalid = spark.read.format("delta").load(home.table(INVALID_EVENTS))
+    raws = sorted(r["raw"] for r in invalid.where("reason LIKE 'repeated CSV header%'").collect())
+    assert raws == [HEADER, "\ufeff" + HEADER]
+    events = spark.read.format("delta").load(home.table(EVENTS))
+    ids = sorted(r["event_id"] for r in events.where("event_id LIKE 'cat-%'").collect())
+    assert ids == ["cat-1", "cat-2", "cat-3"]
+
+
+def test_an_implausibly_old_event_time_creates_no_event_day(loaded) -> None:
+    spark, home, *_ = loaded
+    events = spark.read.format("delta").load(home.table(EVENTS))
+    assert events.where("year(derived_tstamp) < 2023").count() == 0
+    assert events.where("event_id = 'recent'").count() == 1
+    invalid = spark.read.format("delta").load(home.table(INVALID_EVENTS))
+    rows = invalid.where("reason LIKE 'implausible event time%'").collect()
+    # The load time is plausible: the row is filed under its own load day.
+    assert {str(r["load_date"]) for r in rows} == {"2024-03-01"}
