@@ -1,11 +1,13 @@
 """Asset checks of the time-based branch: deduplication of filtered_events and the accounting
 invariant of daily_aggregates (SPEC section 5)."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: Dagster reads the check's `context` annotation as a
+# class, not a string.
+import datetime as dt
 from collections import defaultdict
 
 from dagster import (
+    AssetCheckExecutionContext,
     AssetCheckResult,
     AssetChecksDefinition,
     AssetCheckSeverity,
@@ -15,7 +17,7 @@ from dagster import (
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from sessionize_assets.core.filtering import duplicate_event_ids
+from sessionize_assets.core.filtering import duplicate_event_ids, duplicate_event_ids_touching
 from sessionize_assets.core.late_days import accounting_differences
 from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE
 from sessionize_assets.resources.delta import read_table
@@ -26,20 +28,28 @@ from sessionize_assets.time_based.state import partition_counts
 from sessionize_assets.time_based.tables import TimeBasedTables
 
 EXAMPLES = 20
+# Dagster's run tags for a partition and a partition range (the same spellings in every release).
+PARTITION_NAME_TAG = "dagster/partition"
+ASSET_PARTITION_RANGE_START_TAG = "dagster/asset_partition_range_start"
+ASSET_PARTITION_RANGE_END_TAG = "dagster/asset_partition_range_end"
 
 
 def duplicates_in_filtered_events(
-    spark: SparkSession, tables: TimeBasedTables, dedupe_lookback_days: int
+    spark: SparkSession,
+    tables: TimeBasedTables,
+    dedupe_lookback_days: int,
+    load_days: tuple[dt.date, dt.date] | None = None,
 ) -> list[str]:
-    """Copies of an event_id kept within dedupe_lookback_days load days of each other."""
+    """Copies of an event_id kept within dedupe_lookback_days load days of each other; with
+    `load_days` (first, last), only copies of which one is in those load days."""
     filtered = read_table(spark, tables.filtered_events)
     if filtered is None:
         return []
-    found = (
-        duplicate_event_ids(filtered, dedupe_lookback_days)
-        .orderBy("event_id", LOAD_DATE)
-        .limit(EXAMPLES)
-    )
+    if load_days is None:
+        found = duplicate_event_ids(filtered, dedupe_lookback_days)
+    else:
+        found = duplicate_event_ids_touching(filtered, dedupe_lookback_days, *load_days)
+    found = found.orderBy("event_id", LOAD_DATE).limit(EXAMPLES)
     return [
         f"event_id {r.event_id} kept in load days {r[LOAD_DATE]} and {r.other_load_date}"
         for r in found.collect()
@@ -63,6 +73,19 @@ def accounting_invariant(spark: SparkSession, tables: TimeBasedTables) -> list[s
     return accounting_differences(counts, counted_per_event_day(spark, tables))
 
 
+def run_load_days(context: AssetCheckExecutionContext) -> tuple[dt.date, dt.date] | None:
+    """The load days of the run the check executes in (a partition or a range), None when the
+    run names none (a check launched on its own checks the whole table)."""
+    tags = context.run.tags
+    if PARTITION_NAME_TAG in tags:
+        day = dt.date.fromisoformat(tags[PARTITION_NAME_TAG])
+        return day, day
+    if ASSET_PARTITION_RANGE_START_TAG in tags and ASSET_PARTITION_RANGE_END_TAG in tags:
+        first = dt.date.fromisoformat(tags[ASSET_PARTITION_RANGE_START_TAG])
+        return first, dt.date.fromisoformat(tags[ASSET_PARTITION_RANGE_END_TAG])
+    return None
+
+
 def build_checks(settings: Settings) -> list[AssetChecksDefinition]:
     """`no_duplicate_event_ids` on filtered_events, `accounting_invariant` on daily_aggregates."""
 
@@ -71,12 +94,22 @@ def build_checks(settings: Settings) -> list[AssetChecksDefinition]:
         name="no_duplicate_event_ids",
         description=(
             "No event_id is kept twice in filtered_events within any window of "
-            "dedupe_lookback_days load days."
+            "dedupe_lookback_days load days. In a run over load days, the copies that involve "
+            "those load days; launched on its own, the whole table."
         ),
     )
-    def no_duplicate_event_ids(lake: LakeResource, spark: SparkDeltaResource) -> AssetCheckResult:
+    def no_duplicate_event_ids(
+        context: AssetCheckExecutionContext, lake: LakeResource, spark: SparkDeltaResource
+    ) -> AssetCheckResult:
+        load_days = run_load_days(context)
         found = duplicates_in_filtered_events(
-            spark.get_session(), TimeBasedTables.at(lake.table), lake.settings.dedupe_lookback_days
+            spark.get_session(),
+            TimeBasedTables.at(lake.table),
+            lake.settings.dedupe_lookback_days,
+            load_days,
+        )
+        scope = (
+            "all load days" if load_days is None else f"load days {load_days[0]}..{load_days[1]}"
         )
         return AssetCheckResult(
             passed=not found,
@@ -84,6 +117,7 @@ def build_checks(settings: Settings) -> list[AssetChecksDefinition]:
             metadata={
                 "duplicates (first examples)": MetadataValue.json(found),
                 "dedupe_lookback_days": MetadataValue.int(lake.settings.dedupe_lookback_days),
+                "checked": MetadataValue.text(scope),
             },
         )
 
@@ -92,17 +126,18 @@ def build_checks(settings: Settings) -> list[AssetChecksDefinition]:
         name="accounting_invariant",
         description=(
             "For every event day: rows in filtered_events = rows counted into daily_aggregates "
-            "+ pending rows (loaded after its horizon)."
+            "+ pending rows (loaded after its horizon). Blocking: a run whose daily_aggregates "
+            "break it fails before anything downstream reads them."
         ),
+        blocking=True,
     )
     def accounting_invariant_check(
         lake: LakeResource, spark: SparkDeltaResource
     ) -> AssetCheckResult:
         tables = TimeBasedTables.at(lake.table)
-        session = spark.get_session()
-        differences = accounting_invariant(session, tables)
         _, counts = partition_counts(tables.filtered_events)
-        counted = counted_per_event_day(session, tables)
+        counted = counted_per_event_day(spark.get_session(), tables)
+        differences = accounting_differences(counts, counted)
         pending: dict[str, int] = defaultdict(int)
         for (load_day, event_day), rows in counts.items():
             horizon = counted.get(event_day, (0, None))[1]

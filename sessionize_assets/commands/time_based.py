@@ -13,7 +13,12 @@ from dagster import DagsterInstance, materialize
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sessionize_assets.checks import accounting_invariant, duplicates_in_filtered_events
+from sessionize_assets.checks import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    accounting_invariant,
+    duplicates_in_filtered_events,
+)
 from sessionize_assets.core import aggregates as agg
 from sessionize_assets.core import attributes as attrs
 from sessionize_assets.core import filtering
@@ -44,8 +49,8 @@ from sessionize_assets.settings import Settings
 from sessionize_assets.time_based.state import TimeBasedState, read_state
 from sessionize_assets.time_based.tables import TimeBasedTables
 
-RANGE_START = "dagster/asset_partition_range_start"
-RANGE_END = "dagster/asset_partition_range_end"
+RANGE_START = ASSET_PARTITION_RANGE_START_TAG
+RANGE_END = ASSET_PARTITION_RANGE_END_TAG
 
 
 def _fmt(days: Sequence[dt.date]) -> str:
@@ -58,12 +63,16 @@ class _Runner:
     requests would: the same assets, partitions and lane tag."""
 
     def __init__(self, lake: LakeResource, instance: DagsterInstance) -> None:
+        from sessionize_assets.checks import build_checks
         from sessionize_assets.definitions import build_assets
 
         self.lake = lake
         self.settings = lake.settings
         self.instance = instance
-        self.assets = build_assets(self.settings)
+        # The checks run in the runs that materialize their assets, as in the UI and the sensors'
+        # jobs: no_duplicate_event_ids with each load-day run (on those load days),
+        # accounting_invariant (blocking) with each daily_aggregates run.
+        self.assets = [*build_assets(self.settings), *build_checks(self.settings)]
         self.resources = {
             "lake": lake,
             "spark": SparkDeltaResource(spark_config=dict(self.settings.spark)),

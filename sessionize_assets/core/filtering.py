@@ -172,3 +172,17 @@ def duplicate_event_ids(filtered: DataFrame, dedupe_lookback_days: int) -> DataF
         .select("event_id", LOAD_DATE, "other_load_date")
     )
     return same_day.unionByName(across)
+
+
+def duplicate_event_ids_touching(
+    filtered: DataFrame, dedupe_lookback_days: int, first: dt.date, last: dt.date
+) -> DataFrame:
+    """`duplicate_event_ids` limited to copies where at least one is in load days first..last:
+    what a run over those load days can have broken. Reads only the load days that can hold
+    the other copy (first - dedupe_lookback_days .. last + dedupe_lookback_days)."""
+    lookback = dt.timedelta(days=dedupe_lookback_days)
+    window = filtered.filter(F.col(LOAD_DATE).between(first - lookback, last + lookback))
+    found = duplicate_event_ids(window.select("event_id", LOAD_DATE), dedupe_lookback_days)
+    return found.filter(
+        F.col(LOAD_DATE).between(first, last) | F.col("other_load_date").between(first, last)
+    )

@@ -113,6 +113,46 @@ def test_run_status_verify_and_backfill(spark, tmp_path: Path) -> None:
     )
 
 
+def check_evaluations(instance: DagsterInstance, asset: str, check: str) -> list:
+    """The evaluations of one asset check recorded in the instance, oldest first."""
+    from dagster import AssetCheckKey
+
+    records = instance.event_log_storage.get_asset_check_execution_history(
+        AssetCheckKey(AssetKey(asset), check), limit=100
+    )
+    evaluations = [r.event.asset_check_evaluation for r in reversed(records) if r.event]
+    return [e for e in evaluations if e is not None]
+
+
+def test_the_command_lines_runs_execute_the_checks_and_the_accounting_check_blocks(
+    spark, tmp_path: Path
+) -> None:
+    lake = make_lake(tmp_path / "home", backfill_limit_days=3)
+    instance = DagsterInstance.ephemeral()
+    append_events(spark, lake, ROWS)
+    first = run_time_based(lake, spark, instance)
+    assert first.load_days == [day(1), day(2), day(3)]
+
+    duplicates = check_evaluations(instance, "filtered_events", "no_duplicate_event_ids")
+    assert [e.passed for e in duplicates] == [True]  # one load-day run: 03-01..03-03
+    assert duplicates[0].metadata["checked"].value == "load days 2024-03-01..2024-03-03"
+    accounting = check_evaluations(instance, "daily_aggregates", "accounting_invariant")
+    assert accounting and all(e.passed for e in accounting)
+
+    # A planted difference on an aggregated event day: the next daily_aggregates run's blocking
+    # check fails the run (and names the day) instead of letting attributes read on.
+    spark.sql(
+        f"UPDATE delta.`{lake.table('daily_aggregates')}` SET total_events = total_events + 5 "
+        "WHERE event_date = DATE'2024-03-02'"
+    )
+    append_events(spark, lake, [event("late", "2024-03-05T10:00:00", user="u1")])
+    with pytest.raises(Exception, match="accounting_invariant"):
+        run_time_based(lake, spark, instance)
+    failed = check_evaluations(instance, "daily_aggregates", "accounting_invariant")[-1]
+    assert not failed.passed
+    assert "2024-03-02" in str(failed.metadata["differences"].value)
+
+
 # ------------------------------------------------------------------------------ acceptance
 
 USERS = ("u1", "u2", "u3")

@@ -20,6 +20,7 @@ from sessionize_assets.core.filtering import (
     EVENT_FILTER,
     accounting,
     duplicate_event_ids,
+    duplicate_event_ids_touching,
     kept_rows,
     load_days_reached,
     lookback_load_days,
@@ -276,6 +277,29 @@ def test_duplicate_event_ids_finds_copies_within_the_lookback(spark) -> None:
         for r in duplicate_event_ids(frame, 3).collect()
     )
     assert got == [("near", 1, 4), ("same", 2, 2)]
+
+
+def test_duplicates_touching_a_run_are_those_with_a_copy_in_its_load_days(spark) -> None:
+    frame = events_frame(
+        spark,
+        [
+            event("before", "2024-03-01T01:00:00"),  # both copies before the run's load days
+            event("before", "2024-03-02T01:00:00"),
+            event("into", "2024-03-03T01:00:00"),  # one copy in the run, one in the lookback
+            event("into", "2024-03-05T01:00:00"),
+            event("after", "2024-03-06T01:00:00"),  # a later load day copies the run's row
+            event("after", "2024-03-08T01:00:00"),
+            event("far", "2024-03-01T01:00:00"),  # beyond the lookback: not a duplicate
+            event("far", "2024-03-06T01:00:00"),
+        ],
+    )
+    got = sorted(
+        (r.event_id, r.load_date.day, r.other_load_date.day)
+        for r in duplicate_event_ids_touching(
+            frame, 2, dt.date(2024, 3, 5), dt.date(2024, 3, 6)
+        ).collect()
+    )
+    assert got == [("after", 6, 8), ("into", 3, 5)]
 
 
 def reference_outcomes(
