@@ -68,6 +68,9 @@ class Settings:
     max_event_age_days: int = 365
     # The text encoding of CSV and JSON input files (a BOM, when present, wins).
     input_encoding: str = "utf-8"
+    # filtered_events' files: about this many rows each, clustered by user within each (load day,
+    # event day) partition, so session reads of a few users' events skip the other files.
+    filtered_events_rows_per_file: int = 25_000
     app_ids: tuple[str, ...] = ()
     event_names: tuple[str, ...] = ()
     attribute_windows_days: tuple[int, ...] = (7, 30)
@@ -230,7 +233,12 @@ def from_mapping(raw: Mapping[str, Any], today: dt.date | None = None) -> Settin
             values[key] = _int(key, value, 0)
         elif key == "input_encoding":
             values[key] = _encoding(key, value)
-        elif key in ("max_session_days", "session_lookback_days", "session_gap_minutes"):
+        elif key in (
+            "max_session_days",
+            "session_lookback_days",
+            "session_gap_minutes",
+            "filtered_events_rows_per_file",
+        ):
             values[key] = _int(key, value, 1)
         elif key == "min_rows_to_process":
             values[key] = _int(key, value, 0)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE, ROW_HASH
@@ -109,6 +109,19 @@ def mark_rows(
 def kept_rows(marked: DataFrame) -> DataFrame:
     """The rows that go into filtered_events (no drop reason)."""
     return marked.filter(F.col(DROP_REASON).isNull()).drop(DROP_REASON)
+
+
+def clustered_by_user(
+    kept: DataFrame, user_key: Column, rows: int, rows_per_file: int
+) -> DataFrame:
+    """filtered_events' file layout: rows range-partitioned on (load day, event day, user key)
+    into about `rows / rows_per_file` tasks, so a (load day, event day) partition of R rows is
+    written as about R / rows_per_file files, each holding a contiguous range of users. Delta's
+    per-file min/max of the user column then lets a read of a few users' events (the session
+    branch's late events of old sessions) skip the other files. A small partition stays one
+    file; `rows` is the number of kept rows (known before the write)."""
+    tasks = max(1, -(-max(rows, 0) // max(rows_per_file, 1)))
+    return kept.repartitionByRange(tasks, F.col(LOAD_DATE), F.col(EVENT_DATE), user_key)
 
 
 def outcome_counts(marked: DataFrame) -> DataFrame:

@@ -42,3 +42,48 @@ def covering_spans(
             spans[i][1] = spans[i + 1][1]
             del spans[i + 1]
     return [(lo, hi) for lo, hi in spans]
+
+
+# The users named in the read's filter, per span and in all: a span with more touched users than
+# this reads all of its events (the filter would be too long to plan quickly), and past the total
+# the spans with the most users lose their lists first.
+MAX_USERS_PER_SPAN = 100
+MAX_USERS_IN_FILTER = 400
+
+
+def span_members(
+    ranges: Iterable[tuple[int, int, Iterable[str] | None]],
+    spans: list[tuple[int, int]],
+    per_span: int = MAX_USERS_PER_SPAN,
+    in_all: int = MAX_USERS_IN_FILTER,
+) -> list[frozenset[str] | None]:
+    """For each span, the keys (users) of the ranges inside it, so the read can also ask for
+    those users' rows only and Delta can skip the files (clustered by user) that hold none of
+    them. None: no list for that span (more than `per_span` keys, a range whose keys are not
+    known, or past the `in_all` budget), so the span reads every user's events.
+
+    Only narrows what a span reads to rows the exact per-range join keeps anyway: a range lies
+    inside exactly one span (the spans are disjoint and cover every range)."""
+    members: list[set[str] | None] = [set() for _ in spans]
+    for lo, hi, keys in ranges:
+        at = next((i for i, (a, b) in enumerate(spans) if a <= lo and hi <= b), None)
+        if at is None:
+            raise ValueError(f"range [{lo}, {hi}] is inside no span")
+        found = members[at]
+        if found is None:
+            continue
+        if keys is None:
+            members[at] = None
+            continue
+        found.update(keys)
+        if len(found) > per_span:
+            members[at] = None
+    budget = in_all
+    kept: list[frozenset[str] | None] = [None] * len(spans)
+    sized = sorted((len(m), i) for i, m in enumerate(members) if m is not None)
+    for size, i in sized:  # the smallest lists first: they skip the most per user named
+        if size > budget:
+            break
+        budget -= size
+        kept[i] = frozenset(members[i] or ())
+    return kept

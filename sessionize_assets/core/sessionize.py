@@ -137,6 +137,11 @@ def _key(columns: Sequence[str]) -> Column:
     return values[0] if len(values) == 1 else F.coalesce(*values)
 
 
+def user_key(settings: Settings) -> Column:
+    """The user key of an event: the first non-empty of `user_identifier`'s columns."""
+    return _key(settings.user_identifier)
+
+
 def _micros(column: str | Column) -> Column:
     return F.unix_micros(F.col(column) if isinstance(column, str) else column)
 

@@ -128,42 +128,80 @@ def side_part(df: DataFrame, table: str) -> DataFrame:
     )
 
 
-def _read_spans(ranges: DataFrame, *extra: Column) -> tuple[list[tuple[int, int]], list[int]]:
+def _read_spans(
+    ranges: DataFrame, *extra: Column, users: Column | None = None
+) -> tuple[list[tuple[int, int]], list[int], list[frozenset[str] | None]]:
     """The read ranges covered by a few disjoint spans (`core.read_spans`; microseconds, empty:
-    no range) and the sums of the integer `extra` aggregates, in one job. The ranges are widened
-    to whole hours in Spark first, so few rows reach the driver whatever the number of sessions."""
+    no range), the sums of the integer `extra` aggregates and, with `users`, the users of each
+    span (`read_spans.span_members`; without, None per span), in one job. The ranges are widened
+    to whole hours in Spark first, so few rows reach the driver whatever the number of sessions
+    (and at most MAX_USERS_PER_SPAN + 1 users per hour pair)."""
     hour = read_spans.MICROS_PER_HOUR
     lo = (F.floor(core._micros("_read_lo") / hour) * hour).cast("long")
     hi = ((F.floor(core._micros("_read_hi") / hour) + 1) * hour).cast("long")
+    keys = (
+        F.slice(F.collect_set(users), 1, read_spans.MAX_USERS_PER_SPAN + 1)
+        if users is not None
+        else F.lit(None).cast("array<string>")
+    )
     rows = (
         ranges.filter(F.col("_read_lo").isNotNull() & F.col("_read_hi").isNotNull())
         .groupBy(lo.alias("_lo"), hi.alias("_hi"))
-        .agg(F.count(F.lit(1)).alias("_n"), *extra)
+        .agg(F.count(F.lit(1)).alias("_n"), keys.alias("_keys"), *extra)
         .collect()
     )
     spans = read_spans.covering_spans((int(r["_lo"]), int(r["_hi"])) for r in rows)
-    sums = [sum(int(r[i + 3] or 0) for r in rows) for i in range(len(extra))]
-    return spans, sums
+    sums = [sum(int(r[i + 4] or 0) for r in rows) for i in range(len(extra))]
+    if users is None:
+        return spans, sums, [None] * len(spans)
+    members = read_spans.span_members(
+        ((int(r["_lo"]), int(r["_hi"]), r["_keys"]) for r in rows), spans
+    )
+    return spans, sums, members
 
 
 def spans_filter(
     spans: list[tuple[int, int]],
     within: Callable[[dt.datetime, dt.datetime], Column],
     upper: dt.datetime | None = None,
+    members: list[frozenset[str] | None] | None = None,
+    of_users: Callable[[frozenset[str]], Column] | None = None,
 ) -> Column | None:
     """Rows inside any span: `within(lo, hi)` per span, OR-ed; with `upper`, spans are cut there
-    and those starting after it dropped. None: no span left."""
+    and those starting after it dropped; with `members` and `of_users`, a span that names its
+    users also asks for `of_users(its users)`. None: no span left."""
     parts = []
-    for lo, hi in spans:
+    for i, (lo, hi) in enumerate(spans):
         start, end = from_micros(lo), from_micros(hi)
         if upper is not None:
             if start > upper:
                 continue
             end = min(end, upper)
-        parts.append(within(start, end))
+        part = within(start, end)
+        named = members[i] if members is not None else None
+        if named is not None and of_users is not None:
+            part = part & of_users(named)
+        parts.append(part)
     if not parts:
         return None
     return reduce(lambda a, b: a | b, parts)
+
+
+def user_filter(settings: Settings, columns: dict[str, str]) -> Callable[[frozenset[str]], Column]:
+    """The rows of some users, as equalities on the raw user columns Delta's file statistics
+    describe (`filtered_events` files hold contiguous ranges of users): a superset of the rows
+    whose user key (the first non-empty of `user_identifier`'s columns) is one of them."""
+    names = [c for c in settings.user_identifier if columns.get(c) == "string"]
+    if len(names) != len(settings.user_identifier):  # a non-string column: no file skipping
+        return lambda users: F.lit(True)
+
+    def of_users(users: frozenset[str]) -> Column:
+        if not users:
+            return F.lit(False)
+        tests = [F.col(c) == F.lit(u) for c in names for u in sorted(users)]
+        return reduce(lambda a, b: a | b, tests)
+
+    return of_users
 
 
 class IdMode:
@@ -194,7 +232,9 @@ class IdMode:
             ),
         )
         ranges = localize(spark, core.id_read_ranges(changed, old_lifecycle, settings))
-        spans, (known,) = _read_spans(ranges, F.sum(F.col("_is_known").cast("int")).alias("known"))
+        spans, (known,), _ = _read_spans(
+            ranges, F.sum(F.col("_is_known").cast("int")).alias("known")
+        )
         inside = spans_filter(spans, lambda lo, hi: window_filter(settings, lo, hi), upper)
         if inside is None:  # nothing usable changed (or only after the upper limit)
             read = changed.select(*core.PREPARED_COLUMNS).limit(0)
@@ -280,9 +320,14 @@ class GapMode:
         old_lifecycle = localize(
             spark, core.overlapping(lifecycle, self._user_ranges(ranges), on=["user_identifier"])
         )
-        spans, _ = _read_spans(ranges)
+        # The spans, and the users of each: a span with few users (late events of old sessions)
+        # also filters on them, so Delta opens only the files of those users' range.
+        spans, _, members = _read_spans(ranges, users=F.col(core.USER_KEY))
         inside = spans_filter(
-            spans, lambda lo, hi: F.col("derived_tstamp").between(F.lit(lo), F.lit(hi))
+            spans,
+            lambda lo, hi: F.col("derived_tstamp").between(F.lit(lo), F.lit(hi)),
+            members=members,
+            of_users=user_filter(settings, dict(snapshot.dtypes)),
         )
         lifecycle_rows = old_lifecycle.count()
         if inside is None:  # nothing usable changed (or only after the upper limit)

@@ -35,6 +35,7 @@ from sessionize_assets.core.late_days import (
 )
 from sessionize_assets.core.lateness import load_day_metadata
 from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE
+from sessionize_assets.core.sessionize import user_key
 from sessionize_assets.ingest.load_days import EMPTY_FINGERPRINT
 from sessionize_assets.resources import shared_reads
 from sessionize_assets.resources.delta import (
@@ -161,7 +162,15 @@ def filtered_events_step(
             reached = sorted(
                 r[LOAD_DATE] for r in filtering.load_days_reached(ids, later, n).collect()
             )
-        kept = filtering.kept_rows(marked).repartition(LOAD_DATE, EVENT_DATE)
+        # Files clustered by user within each (load day, event day): the session branch's reads
+        # of a few users' late events open few files (`core.filtering.clustered_by_user`).
+        kept_n = sum(int(r["rows"]) for r in outcome_rows if r["outcome"] == "kept")
+        kept = filtering.clustered_by_user(
+            filtering.kept_rows(marked),
+            user_key(settings),
+            kept_n,
+            settings.filtered_events_rows_per_file,
+        )
         # --- the processing-manifest lock wraps from here (see `guarded`)
         replace_partitions(
             spark,

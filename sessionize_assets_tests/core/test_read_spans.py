@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from sessionize_assets.core.read_spans import covering_spans
+from sessionize_assets.core.read_spans import covering_spans, span_members
 
 
 def covered(spans: list[tuple[int, int]], lo: int, hi: int) -> bool:
@@ -48,3 +48,40 @@ def test_random_ranges_are_all_covered_by_disjoint_sorted_spans(seed):
     if len(covering_spans(ranges, max_spans=10_000)) <= limit:
         points = {p for lo, hi in ranges for p in range(lo, hi + 1)}
         assert sum(b - a + 1 for a, b in spans) == len(points)
+
+
+def test_each_span_names_the_users_of_its_ranges_within_the_limits():
+    ranges = [(0, 10, ["a"]), (5, 20, ["b", "a"]), (100, 110, ["c"]), (200, 210, ["d", "e", "f"])]
+    spans = covering_spans([(lo, hi) for lo, hi, _ in ranges])
+    assert spans == [(0, 20), (100, 110), (200, 210)]
+    assert span_members(ranges, spans) == [
+        frozenset({"a", "b"}),
+        frozenset({"c"}),
+        frozenset({"d", "e", "f"}),
+    ]
+    # a span with too many users, or a range without its users, reads everyone in that span
+    assert span_members(ranges, spans, per_span=2) == [frozenset({"a", "b"}), {"c"}, None]
+    unknown = [*ranges, (105, 106, None)]
+    assert span_members(unknown, spans)[1] is None
+    # over the total budget, the largest lists go first
+    assert span_members(ranges, spans, in_all=3) == [frozenset({"a", "b"}), {"c"}, None]
+    assert span_members(ranges, spans, in_all=0) == [None, None, None]
+    with pytest.raises(ValueError, match="inside no span"):
+        span_members([(300, 400, ["x"])], spans)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_users_range_is_always_read_by_its_span(seed):
+    """Whatever the limits: every (user, range) is inside a span whose list is None (all users)
+    or names the user -- the filter never loses a row the exact join keeps."""
+    rng = random.Random(seed)
+    ranges = []
+    for _ in range(rng.randint(1, 200)):
+        lo = rng.randint(0, 5_000)
+        users = [f"u{rng.randint(0, 60)}" for _ in range(rng.randint(1, 3))]
+        ranges.append((lo, lo + rng.randint(0, 40), users))
+    spans = covering_spans([(lo, hi) for lo, hi, _ in ranges], max_spans=rng.randint(1, 20))
+    members = span_members(ranges, spans, per_span=rng.randint(0, 30), in_all=rng.randint(0, 90))
+    for lo, hi, users in ranges:
+        (i,) = [i for i, (a, b) in enumerate(spans) if a <= lo and hi <= b]
+        assert members[i] is None or set(users) <= members[i]

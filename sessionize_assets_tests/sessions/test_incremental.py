@@ -7,6 +7,7 @@ import datetime as dt
 import shutil
 
 import pytest
+from pyspark.sql import functions as F
 
 from sessionize_assets.commands.sessions import verify_sessions
 from sessionize_assets.core.run_limits import PackageState
@@ -231,6 +232,48 @@ def test_the_read_opens_the_touched_sessions_days_not_the_days_between(spark, tm
     assert files_read(narrow) == 2
     assert len(wide.collect()) > 20 * 24
     assert files_read(wide) == 21
+
+
+def test_a_span_of_few_users_opens_only_the_files_of_their_user_range(spark, tmp_path):
+    """filtered_events written clustered by user (`clustered_by_user`: 40 users' day in 4
+    files of contiguous user ranges): a span that names its one touched user reads one file and
+    exactly that user's rows; without the list, all four."""
+    from sessionize_assets.core.filtering import clustered_by_user
+    from sessionize_assets.core.read_spans import covering_spans, span_members
+    from sessionize_assets.core.sessionize import user_key
+    from sessionize_assets.sessions.modes import spans_filter, user_filter
+    from sessionize_assets_tests.sessions.support import events_frame
+
+    s = make_settings(start_date=DAY0.isoformat(), session_mode="gap")
+    rows = daily_activity(DAY0, users=40)
+    path = str(tmp_path / "filtered_events")
+    clustered_by_user(
+        events_frame(spark, rows), user_key(s), len(rows), len(rows) // 4
+    ).write.format("delta").partitionBy("load_date").save(path)
+    snapshot = spark.read.format("delta").load(path)
+
+    def micros(hour: int) -> int:
+        when = dt.datetime.combine(DAY0, dt.time(hour), tzinfo=dt.UTC)
+        return (when - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+
+    ranges = [(micros(8), micros(9), ["user17"])]
+    spans = covering_spans([(lo, hi) for lo, hi, _ in ranges])
+    members = span_members(ranges, spans)
+
+    def within(a, b):
+        return F.col("derived_tstamp").between(F.lit(a), F.lit(b))
+
+    of_users = user_filter(s, dict(snapshot.dtypes))
+    named = snapshot.filter(spans_filter(spans, within, members=members, of_users=of_users))
+    everyone = snapshot.filter(spans_filter(spans, within))
+    got = named.collect()  # once: the metrics are those of this execution
+    assert {r.domain_userid for r in got} == {"user17"}
+    assert len(got) == 4  # user17's morning session
+    assert files_read(named) == 1
+    assert len(everyone.collect()) == 40 * 4
+    files = int(spark.sql(f"DESCRIBE DETAIL delta.`{path}`").collect()[0]["numFiles"])
+    assert files >= 3  # range partitioning's sampled bounds: about 4
+    assert files_read(everyone) == files
 
 
 def test_a_changed_setting_stops_the_run_and_a_refresh_rebuilds_under_the_new_one(spark, tmp_path):

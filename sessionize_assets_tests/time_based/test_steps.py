@@ -207,6 +207,28 @@ def test_reading_one_event_day_or_one_load_day_prunes_files(spark, scenario) -> 
     assert len(one_load_day.inputFiles()) == 2
 
 
+def test_filtered_events_files_hold_contiguous_ranges_of_users(spark, tmp_path) -> None:
+    """With filtered_events_rows_per_file 10, a load day of 60 on-time rows of 20 users is
+    written as several files whose user ranges (Delta's min/max per file) do not overlap."""
+    from deltalake import DeltaTable
+
+    lake = make_lake(tmp_path / "home", filtered_events_rows_per_file=10)
+    rows = [
+        event(f"e{u}-{i}", f"2024-03-02T{10 + i}:00:00", user=f"u{u:02d}")
+        for u in range(20)
+        for i in range(3)
+    ]
+    append_events(spark, lake, rows)
+    assert materialize_time_based(lake, DagsterInstance.ephemeral(), ["filtered_events"], day(2))
+    actions = pa.table(
+        DeltaTable(lake.table("filtered_events")).get_add_actions(flatten=True)
+    ).to_pydict()
+    ranges = sorted(zip(actions["min.domain_userid"], actions["max.domain_userid"], strict=True))
+    assert len(ranges) >= 4, ranges  # ~60 / 10 tasks: range partitioning's sampled bounds
+    assert all(ranges[i][1] < ranges[i + 1][0] for i in range(len(ranges) - 1)), ranges
+    assert sum(actions["num_records"]) == 60
+
+
 def test_days_to_process_decides_each_load_day_in_order(spark, scenario) -> None:
     rows = sorted(
         (r.load_date.day, r.event_date.day, r.rows, r.pending, r.decision)
