@@ -1,4 +1,5 @@
-"""One Definitions object: assets, checks, jobs, sensors and resources, from the resolved settings.
+"""One Definitions object: assets, checks, jobs, schedules, sensors and resources, from the resolved
+settings.
 
 The settings come from the same place for the CLI, `dagster dev` and run processes:
 `$SESSIONIZE_HOME` / `$SESSIONIZE_CONFIG` (the CLI exports both), `$SESSIONIZE_NOW` for replays.
@@ -18,6 +19,7 @@ from sessionize_assets.jobs import build_jobs
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.manifest_lock import session_lock
 from sessionize_assets.resources.spark import SparkDeltaResource
+from sessionize_assets.schedules import build_schedules, table_maintenance_job
 from sessionize_assets.sensors import late_days, new_loads, session_models
 from sessionize_assets.sessions import assets as sessions
 from sessionize_assets.settings import Settings, settings_file
@@ -53,11 +55,12 @@ def build_definitions(
         *late_days.build_sensors(settings),
         *session_models.build_sensors(settings),
     ]
-    jobs = [*build_jobs(settings)]
+    jobs = [*build_jobs(settings), table_maintenance_job]
     return Definitions(
         assets=assets,
         asset_checks=checks,
         jobs=jobs,
+        schedules=build_schedules(table_maintenance_job),
         sensors=sensors,
         resources={"lake": lake, "spark": SparkDeltaResource(spark_config=dict(settings.spark))},
     )

@@ -164,6 +164,7 @@ def test_maintain_compacts_and_vacuums_but_keeps_what_the_change_feed_still_read
     assert main(["--home", str(home), "maintain", "--vacuum-hours", "0"]) == 0
     out = capsys.readouterr().out
     assert "filtered_events:" in out and "unreferenced file(s)" in out
+    assert "files kept as written (clustered by user)" in out  # its layout is not compacted away
     after = {t.name: files_on_disk(t) for t in warehouse.iterdir()}
     assert sum(after.values()) < sum(before.values())  # replaced and compacted files are gone
 

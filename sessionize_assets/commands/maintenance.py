@@ -4,7 +4,10 @@ retention needs (VACUUM), never those a reader still needs (`core/maintenance.py
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from pathlib import Path
+
+from pyspark.sql import SparkSession
 
 from sessionize_assets.commands.context import CommandContext
 from sessionize_assets.core.maintenance import (
@@ -13,6 +16,7 @@ from sessionize_assets.core.maintenance import (
     vacuum_refusal,
 )
 from sessionize_assets.errors import UserError
+from sessionize_assets.home import Home
 from sessionize_assets.resources.delta import add_actions, delta_table, optimize, table_ref
 from sessionize_assets.resources.tables import FILTERED_EVENTS
 
@@ -31,17 +35,17 @@ def files_on_disk(table: Path) -> int:
     )
 
 
-def old_version_readers(ctx: CommandContext) -> list[OldVersionReader]:
+def old_version_readers(table_path: Callable[[str], str]) -> list[OldVersionReader]:
     """The session models that will read filtered_events' change feed from an old version."""
     from sessionize_assets.sessions.state import read_manifest
 
-    path = ctx.table(FILTERED_EVENTS)
+    path = table_path(FILTERED_EVENTS)
     table = delta_table(path)
     if table is None:
         return []
     commits = {int(c["version"]): c.get("timestamp") for c in table.history()}
     readers = []
-    for model, state in sorted(read_manifest(ctx.table).items()):
+    for model, state in sorted(read_manifest(table_path).items()):
         if state.consumed_version is None:
             continue
         first = state.consumed_version + 1
@@ -59,19 +63,27 @@ def old_version_readers(ctx: CommandContext) -> list[OldVersionReader]:
 
 
 def maintain(ctx: CommandContext, vacuum_hours: float | None) -> list[str]:
+    """`sessionize maintain`: `maintain_home` on the command's home and engine."""
+    return maintain_home(ctx.home, lambda: ctx.spark, vacuum_hours)
+
+
+def maintain_home(
+    home: Home, spark_session: Callable[[], SparkSession], vacuum_hours: float | None
+) -> list[str]:
     """OPTIMIZE every table, then VACUUM it with `vacuum_hours` (None: no VACUUM). Refused before
-    any change when the retention would delete files a reader still needs."""
-    tables = delta_tables(Path(ctx.home.warehouse))
+    any change (and before Spark starts) when the retention would delete files a reader still
+    needs. One line per table."""
+    tables = delta_tables(Path(home.warehouse))
     if not tables:
-        raise UserError(f"{ctx.home.warehouse} holds no tables yet: nothing to maintain.")
+        raise UserError(f"{home.warehouse} holds no tables yet: nothing to maintain.")
     now = dt.datetime.now(dt.UTC)  # file ages are real ages, whatever --now says
     if vacuum_hours is not None:
-        refusal = vacuum_refusal(vacuum_hours, old_version_readers(ctx), now)
+        refusal = vacuum_refusal(vacuum_hours, old_version_readers(home.table), now)
         if refusal is not None:
             raise UserError(refusal)
     from sessionize_assets.sessions.frames import default_parallelism, temporary_conf
 
-    spark = ctx.spark
+    spark = spark_session()
     confs = {
         # VACUUM lists a table's folders in one Spark job of up to this many tasks (10,000 by
         # default: minutes of task overhead per table on a small machine); the cores suffice.
@@ -92,9 +104,15 @@ def _maintain_tables(spark, tables: list[Path], vacuum_hours: float | None) -> l
     for table in tables:
         current_before = len(add_actions(str(table))[1])
         disk_before = files_on_disk(table)
-        optimize(spark, str(table))
-        current_after = len(add_actions(str(table))[1])
-        line = f"{table.name}: {current_before} -> {current_after} files in the current version"
+        if table.name == FILTERED_EVENTS:
+            # Not compacted: its files are user ranges within each (load day, event day), which
+            # is what lets the session branch skip files (docs/sessions.md); OPTIMIZE would merge
+            # them. Each load-day run rewrites its partitions whole, so no small files pile up.
+            line = f"{table.name}: {current_before} files kept as written (clustered by user)"
+        else:
+            optimize(spark, str(table))
+            current_after = len(add_actions(str(table))[1])
+            line = f"{table.name}: {current_before} -> {current_after} files in the current version"
         if vacuum_hours is not None:
             spark.sql(f"VACUUM {table_ref(str(table))} RETAIN {vacuum_hours:g} HOURS").collect()
             deleted = disk_before - files_on_disk(table)
