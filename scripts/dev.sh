@@ -52,6 +52,9 @@ case "$command" in
     setup
     lint=0
     "$venv/bin/ruff" check sessionize_assets sessionize_assets_tests benchmarks || lint=$?
+    if ! command -v chromium >/dev/null 2>&1 && [ ! -x /usr/bin/chromium ]; then
+      echo "note: no Chromium here (Debian's chromium package): the browser test is skipped" >&2
+    fi
     tests=0
     "$venv/bin/python" -m pytest "$@" || tests=$?
     if [ "$lint" -ne 0 ]; then echo "ruff found problems (above)" >&2; fi
