@@ -261,10 +261,13 @@ def _cpu_model() -> str | None:
 
 
 def branch_of(label: str) -> str:
-    """The branch a measurement window belongs to: `load`, `time-based`, `session-based`, or
-    `other` (a step's own work outside Dagster runs, e.g. planning)."""
+    """The branch a measurement window belongs to: `load`, `time-based`, `session-based`,
+    `checks` (an asset check's step inside a run), or `other` (a step's own work outside Dagster
+    runs, e.g. planning)."""
     if label == "load":
         return "load"
+    if label.startswith("check:"):
+        return "checks"
     if label.startswith("run:"):
         assets = set(label[4:].split(",")) - {""}
         if assets & SESSION_ASSETS:
@@ -291,6 +294,15 @@ def summarize_measurement(raw: Mapping[str, Any]) -> dict[str, Any]:
 
     event_rows = rows(EVENT_SOURCES)
     table_rows = rows(kind="table:")
+    # What the asset checks read (their steps' windows), reported apart: verification, not the
+    # pipeline's own reads.
+    check_event_rows = sum(
+        int(totals.get("rows", 0))
+        for label, sources in (spark.get("scans_by_window") or {}).items()
+        if label.startswith("check:")
+        for source, totals in sources.items()
+        if source in EVENT_SOURCES
+    )
     by_branch: dict[str, dict[str, Any]] = {}
     for label, sources in (spark.get("scans_by_window") or {}).items():
         branch = branch_of(label)
@@ -347,6 +359,7 @@ def summarize_measurement(raw: Mapping[str, Any]) -> dict[str, Any]:
         "spark_app_started_after_s": raw.get("spark_app_started_after_s"),
         "rows_read": {
             "event_rows": event_rows,
+            "check_event_rows": check_event_rows,
             "landing": rows(["landing"]),
             "events_table": rows(["table:events"]),
             "filtered_events_table": rows(["table:filtered_events"]),

@@ -186,6 +186,7 @@ def dagster_run_windows(since: float) -> list[dict[str, Any]]:
                 {
                     "run_id": run.run_id,
                     "assets": keys,
+                    "checks": _check_steps(instance, run),
                     "status": run.status.value,
                     "start": record.start_time,
                     "end": record.end_time,
@@ -199,6 +200,40 @@ def dagster_run_windows(since: float) -> list[dict[str, Any]]:
         return sorted(out, key=lambda r: r["start"] or 0)
     finally:
         instance.dispose()
+
+
+def _check_steps(instance: Any, run: Any) -> list[dict[str, Any]]:
+    """The asset-check steps of a run with their start and end (seconds): their Spark work is
+    reported apart from the assets' (`check:<step>` windows). A step is a check's when it
+    recorded a check evaluation or its key ends with a selected check's name."""
+    from dagster import DagsterEventType
+
+    names = {key.name for key in (run.asset_check_selection or ())}
+    kinds = {
+        DagsterEventType.STEP_START,
+        DagsterEventType.STEP_SUCCESS,
+        DagsterEventType.STEP_FAILURE,
+        DagsterEventType.ASSET_CHECK_EVALUATION,
+    }
+    times: dict[str, dict[str, float]] = {}
+    checks = set()
+    for entry in instance.all_logs(run.run_id, of_type=kinds):
+        event = entry.dagster_event
+        if event is None or not event.step_key:
+            continue
+        key = event.step_key
+        if event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION:
+            checks.add(key)
+        elif event.event_type == DagsterEventType.STEP_START:
+            times.setdefault(key, {})["start"] = entry.timestamp
+        else:
+            times.setdefault(key, {})["end"] = entry.timestamp
+    checks |= {k for k in times if any(k.endswith(name) for name in names)}
+    return [
+        {"step": step, "start": t["start"], "end": t["end"]}
+        for step, t in sorted(times.items())
+        if step in checks and "start" in t and "end" in t
+    ]
 
 
 def stop_spark() -> None:
@@ -335,6 +370,8 @@ def measure(
             windows.append(
                 eventlog.Window("run:" + ",".join(run["assets"]), run["start"], run["end"])
             )
+        for check in run.get("checks") or ():  # inside the run's window: the innermost wins
+            windows.append(eventlog.Window("check:" + check["step"], check["start"], check["end"]))
     try:
         spark = eventlog.parse_event_log_dir(
             event_log_dir,

@@ -321,6 +321,7 @@ def test_branch_attribution_by_assets() -> None:
     assert common.branch_of("run:sessions,users") == "session-based"
     assert common.branch_of("load") == "load"
     assert common.branch_of("run") == "other"
+    assert common.branch_of("check:filtered_events_no_duplicate_event_ids") == "checks"
 
 
 def test_measurement_summary_splits_reads_and_time_by_branch() -> None:
@@ -350,8 +351,11 @@ def test_measurement_summary_splits_reads_and_time_by_branch() -> None:
                 "load": {"landing": {"rows": 100}},
                 "run:days_to_process,filtered_events": {"table:events": {"rows": 300}},
                 "run:session_models": {
-                    "table:filtered_events": {"rows": 50},
+                    "table:filtered_events": {"rows": 40},
                     "table:sessions": {"rows": 7},
+                },
+                "check:filtered_events_no_duplicate_event_ids": {
+                    "table:filtered_events": {"rows": 10},
                 },
             },
         },
@@ -374,7 +378,9 @@ def test_measurement_summary_splits_reads_and_time_by_branch() -> None:
         "dagster_runs": 1,
         "spark_jobs": 2,
     }
-    assert m["by_branch"]["session-based"]["event_rows_read"] == 50
+    assert m["by_branch"]["session-based"]["event_rows_read"] == 40
+    assert m["by_branch"]["checks"]["event_rows_read"] == 10  # reported apart from the assets
+    assert m["rows_read"]["check_event_rows"] == 10
     assert m["by_branch"]["session-based"]["other_table_rows_read"] == 7
     assert m["by_branch"]["load"]["wall_s"] == 30.0
     assert m["by_branch"]["other"]["wall_s"] == 15.0  # the run step outside its Dagster runs
@@ -526,6 +532,16 @@ def test_benchmark_end_to_end(tmp_path: Path) -> None:
         assert m["delta_commits"] > 0
         assert sum(m["delta_commits_by_table"].values()) == m["delta_commits"]
     assert inc["delta_commits_by_table"]["events"] >= 1  # the new load day
+    # The asset checks ran in the incremental day's runs, and their reads are told apart.
+    checked = [
+        c["step"] for r in history["raw"]["incremental"]["dagster_runs"] for c in r["checks"]
+    ]
+    assert "filtered_events_no_duplicate_event_ids" in checked, checked
+    assert 0 < inc["rows_read"]["check_event_rows"] < inc["rows_read"]["event_rows"]
+    assert (
+        history["incremental_read_vs_minimal_without_checks"]
+        < (history["incremental_read_vs_minimal"])
+    )
     assert history["noop"]["delta_commits"] == 0
     # On the warm engine: one engine per home, started by the home's first measurement (timed
     # apart) and reused by the next; only this measurement's Spark work is counted (the no-op
