@@ -16,7 +16,7 @@ from sessionize_assets.schedules import MAINTENANCE_CRON, TABLE_MAINTENANCE_JOB
 
 def test_the_maintenance_schedule_is_weekly_and_off_until_turned_on(tmp_path):
     defs = build_definitions(tmp_path / "home")
-    schedule = defs.get_schedule_def("table_maintenance_schedule")
+    schedule = defs.resolve_schedule_def("table_maintenance_schedule")
     assert schedule.default_status == DefaultScheduleStatus.STOPPED
     assert schedule.cron_schedule == MAINTENANCE_CRON
     assert schedule.job_name == TABLE_MAINTENANCE_JOB
