@@ -28,8 +28,7 @@ from sessionize_assets.time_based.state import partition_counts
 from sessionize_assets.time_based.tables import TimeBasedTables
 
 EXAMPLES = 20
-# Dagster's run tags for a partition and a partition range (the same spellings in every release).
-PARTITION_NAME_TAG = "dagster/partition"
+# Dagster's run tags for a partition range (the command line sets them on its range runs).
 ASSET_PARTITION_RANGE_START_TAG = "dagster/asset_partition_range_start"
 ASSET_PARTITION_RANGE_END_TAG = "dagster/asset_partition_range_end"
 
@@ -76,13 +75,12 @@ def accounting_invariant(spark: SparkSession, tables: TimeBasedTables) -> list[s
 def run_load_days(context: AssetCheckExecutionContext) -> tuple[dt.date, dt.date] | None:
     """The load days of the run the check executes in (a partition or a range), None when the
     run names none (a check launched on its own checks the whole table)."""
-    tags = context.run.tags
-    if PARTITION_NAME_TAG in tags:
-        day = dt.date.fromisoformat(tags[PARTITION_NAME_TAG])
+    if context.has_partition_key:
+        day = dt.date.fromisoformat(context.partition_key)
         return day, day
-    if ASSET_PARTITION_RANGE_START_TAG in tags and ASSET_PARTITION_RANGE_END_TAG in tags:
-        first = dt.date.fromisoformat(tags[ASSET_PARTITION_RANGE_START_TAG])
-        return first, dt.date.fromisoformat(tags[ASSET_PARTITION_RANGE_END_TAG])
+    if context.has_partition_key_range:
+        keys = context.partition_key_range
+        return dt.date.fromisoformat(keys.start), dt.date.fromisoformat(keys.end)
     return None
 
 

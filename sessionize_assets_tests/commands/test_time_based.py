@@ -148,6 +148,8 @@ def test_the_command_lines_runs_execute_the_checks_and_the_accounting_check_bloc
     append_events(spark, lake, [event("late", "2024-03-05T10:00:00", user="u1")])
     with pytest.raises(Exception, match="accounting_invariant"):
         run_time_based(lake, spark, instance)
+    latest = check_evaluations(instance, "filtered_events", "no_duplicate_event_ids")[-1]
+    assert latest.metadata["checked"].value == "load days 2024-03-05..2024-03-05"  # one partition
     failed = check_evaluations(instance, "daily_aggregates", "accounting_invariant")[-1]
     assert not failed.passed
     assert "2024-03-02" in str(failed.metadata["differences"].value)
