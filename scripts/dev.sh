@@ -55,6 +55,9 @@ case "$command" in
     if ! command -v chromium >/dev/null 2>&1 && [ ! -x /usr/bin/chromium ]; then
       echo "note: no Chromium here (Debian's chromium package): the browser test is skipped" >&2
     fi
+    if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+      echo "note: no PostgreSQL server here (Debian's postgresql package): the production-profile test is skipped" >&2
+    fi
     tests=0
     "$venv/bin/python" -m pytest "$@" || tests=$?
     if [ "$lint" -ne 0 ]; then echo "ruff found problems (above)" >&2; fi
