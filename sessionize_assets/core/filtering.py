@@ -119,9 +119,21 @@ def clustered_by_user(
     written as about R / rows_per_file files, each holding a contiguous range of users. Delta's
     per-file min/max of the user column then lets a read of a few users' events (the session
     branch's late events of old sessions) skip the other files. A small partition stays one
-    file; `rows` is the number of kept rows (known before the write)."""
+    file; `rows` is the number of kept rows (known before the write).
+
+    Within a file the rows are sorted by user, then time: written with small Parquet pages
+    (`PARQUET_PAGES`), each page holds a short range of users, and Parquet's page index lets a
+    read of a few users skip the other pages of the files it opens."""
     tasks = max(1, -(-max(rows, 0) // max(rows_per_file, 1)))
-    return kept.repartitionByRange(tasks, F.col(LOAD_DATE), F.col(EVENT_DATE), user_key)
+    return kept.repartitionByRange(
+        tasks, F.col(LOAD_DATE), F.col(EVENT_DATE), user_key
+    ).sortWithinPartitions(F.col(LOAD_DATE), F.col(EVENT_DATE), user_key, F.col("derived_tstamp"))
+
+
+# The Parquet writer settings of filtered_events' files: pages of at most 1,000 rows (Parquet's
+# default is 20,000), so that the page index (min/max per page, written by default) narrows a
+# few users' read to about a thousand rows per file. Costs about 1% in file size.
+PARQUET_PAGES = {"parquet.page.row.count.limit": "1000"}
 
 
 def outcome_counts(marked: DataFrame) -> DataFrame:

@@ -87,3 +87,36 @@ def span_members(
         budget -= size
         kept[i] = frozenset(members[i] or ())
     return kept
+
+
+def read_terms(
+    ranges: Iterable[tuple[int, int, Iterable[str] | None]],
+    max_spans: int = MAX_SPANS,
+    per_span: int = MAX_USERS_PER_SPAN,
+    in_all: int = MAX_USERS_IN_FILTER,
+) -> list[tuple[int, int, frozenset[str] | None]]:
+    """The read's filter as terms `(lo, hi, users)`: the events in `[lo, hi]` of those users
+    (None: of every user), at most `max_spans` terms of each kind.
+
+    Overlapping ranges first merge into spans; a span of few users (`span_members`) stays a
+    term of its own, and only spans of many users merge with each other to stay under the limit
+    (`covering_spans`). So the hours of a few users' late events on an old day never widen into
+    a read of that day's every event; neighbouring few-user spans merge (their lists united) only
+    past the limit. Every range lies inside a term that reads all users or names its users."""
+    listed = [(min(lo, hi), max(lo, hi), keys) for lo, hi, keys in ranges]
+    if not listed:
+        return []
+    exact = covering_spans(((lo, hi) for lo, hi, _ in listed), max_spans=len(listed))
+    members = span_members(listed, exact, per_span=per_span, in_all=in_all)
+    many = [span for span, named in zip(exact, members, strict=True) if named is None]
+    terms: list[tuple[int, int, frozenset[str] | None]] = [
+        (lo, hi, None) for lo, hi in (covering_spans(many, max_spans) if many else [])
+    ]
+    few = [
+        [lo, hi, named] for (lo, hi), named in zip(exact, members, strict=True) if named is not None
+    ]
+    while len(few) > max_spans:
+        i = min(range(len(few) - 1), key=lambda k: few[k + 1][0] - few[k][1])
+        few[i] = [few[i][0], max(few[i][1], few[i + 1][1]), few[i][2] | few[i + 1][2]]
+        del few[i + 1]
+    return terms + [(lo, hi, frozenset(named)) for lo, hi, named in few]

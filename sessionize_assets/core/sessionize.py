@@ -547,7 +547,33 @@ def gap_margin_micros(settings: Settings) -> int:
     )
 
 
-def gap_change_ranges(changes: DataFrame, settings: Settings) -> DataFrame:
+def gap_chains(lifecycle: DataFrame, settings: Settings) -> DataFrame:
+    """gap mode: the chains of a lifecycle's sessions, one row each (USER_KEY, `_chain_lo`,
+    `_chain_hi` in microseconds). A user's sessions less than a gap apart are pieces of one chain
+    (a chain longer than max_session_days is cut into pieces); more than a gap apart, two
+    chains: so the chains are exactly the runs of the user's events with no gap above
+    session_gap_minutes."""
+    gap = settings.session_gap_minutes * MICROS_PER_MINUTE
+    rows = lifecycle.select(
+        F.col("user_identifier").alias(USER_KEY),
+        _micros("start_tstamp").alias("_s"),
+        _micros("end_tstamp").alias("_e"),
+    ).filter(F.col(USER_KEY).isNotNull())
+    order = Window.partitionBy(USER_KEY).orderBy("_s", "_e")
+    before = F.max("_e").over(order.rowsBetween(Window.unboundedPreceding, -1))
+    starts = F.when(before.isNull() | (F.col("_s") - before > F.lit(gap)), 1).otherwise(0)
+    numbered = rows.withColumn(
+        "_chain",
+        F.sum(starts).over(order.rowsBetween(Window.unboundedPreceding, Window.currentRow)),
+    )
+    return numbered.groupBy(USER_KEY, "_chain").agg(
+        F.min("_s").alias("_chain_lo"), F.max("_e").alias("_chain_hi")
+    )
+
+
+def gap_change_ranges(
+    changes: DataFrame, settings: Settings, chains: DataFrame | None = None
+) -> DataFrame:
     """gap mode: per user, independent ranges (PART) around usable changed events, each with the
     range whose sessions may change `[_changed_lo, _changed_hi]` (changed events +- reach) and
     the range to re-read `[_read_lo, _read_hi]` (that +- margin, on derived_tstamp).
@@ -555,6 +581,13 @@ def gap_change_ranges(changes: DataFrame, settings: Settings) -> DataFrame:
     Sessions wholly outside the changed range are provably the same before and after the
     changes, and those overlapping it are computed exactly from the events in the read range.
     Ranges of one user whose read ranges would overlap are merged, so every event is read once.
+
+    With `chains` (`gap_chains` of the changed users' lifecycle rows) both ranges are narrowed
+    to the changed events and the old chains they can touch (within a gap of the changed
+    events' span): no old event lies within a gap outside those chains, so sessions are
+    recomputed exactly from there, and everything outside is unchanged. A late event of an old
+    session then re-reads that session's hours, not days either side. The narrowed range never
+    exceeds the margins above, where the rule above still holds.
     """
     reach, margin = gap_reach_micros(settings), gap_margin_micros(settings)
     order = Window.partitionBy(USER_KEY).orderBy("_t")
@@ -567,13 +600,39 @@ def gap_change_ranges(changes: DataFrame, settings: Settings) -> DataFrame:
         .cast("long"),
     )
     ranges = parts.groupBy(USER_KEY, PART).agg(F.min("_t").alias("_lo"), F.max("_t").alias("_hi"))
+    if chains is None:
+        first, last = F.lit(None).cast("long"), F.lit(None).cast("long")
+    else:
+        gap = settings.session_gap_minutes * MICROS_PER_MINUTE
+        near = chains.select(F.col(USER_KEY).alias("_chain_user"), "_chain_lo", "_chain_hi").filter(
+            F.col("_chain_user").isNotNull()
+        )
+        touching = (
+            (F.col(USER_KEY) == F.col("_chain_user"))
+            & (F.col("_chain_hi") >= F.col("_lo") - F.lit(gap))
+            & (F.col("_chain_lo") <= F.col("_hi") + F.lit(gap))
+        )
+        ranges = (
+            ranges.join(near, touching, "left")
+            .groupBy(USER_KEY, PART, "_lo", "_hi")
+            .agg(F.min("_chain_lo").alias("_first"), F.max("_chain_hi").alias("_last"))
+        )
+        first = F.least(F.col("_lo"), F.col("_first"))
+        last = F.greatest(F.col("_hi"), F.col("_last"))
+
+    def low(width: int) -> Column:
+        return F.timestamp_micros(F.greatest(F.col("_lo") - F.lit(width), first))
+
+    def high(width: int) -> Column:
+        return F.timestamp_micros(F.least(F.col("_hi") + F.lit(width), last))
+
     return ranges.select(
         USER_KEY,
         PART,
-        F.timestamp_micros(F.col("_lo") - F.lit(reach)).alias("_changed_lo"),
-        F.timestamp_micros(F.col("_hi") + F.lit(reach)).alias("_changed_hi"),
-        F.timestamp_micros(F.col("_lo") - F.lit(reach + margin)).alias("_read_lo"),
-        F.timestamp_micros(F.col("_hi") + F.lit(reach + margin)).alias("_read_hi"),
+        low(reach).alias("_changed_lo"),
+        high(reach).alias("_changed_hi"),
+        low(reach + margin).alias("_read_lo"),
+        high(reach + margin).alias("_read_hi"),
     )
 
 

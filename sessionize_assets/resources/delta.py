@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -152,6 +153,26 @@ def in_list(column: str, days: Iterable[dt.date]) -> str:
     return f"{column} IN ({values})"
 
 
+@contextmanager
+def session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """`settings` set on the Spark session for the duration of the block, then restored.
+
+    Spark hands a session's settings to the Hadoop configuration of its file writers, so this
+    is how one write gets its own Parquet settings (`parquet.*`), also over Spark Connect. The
+    session's other work in the meantime sees them too: the project writes one table at a time."""
+    previous = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
 def replace_partitions(
     spark: SparkSession,
     df: DataFrame,
@@ -160,11 +181,12 @@ def replace_partitions(
     days: Iterable[dt.date],
     partition_by: Sequence[str],
     properties: Mapping[str, str] | None = None,
+    parquet: Mapping[str, str] | None = None,
 ) -> None:
-    """Replace exactly the rows of `days` (in partition column `column`) with `df` (Spark)."""
-    del spark
+    """Replace exactly the rows of `days` (in partition column `column`) with `df` (Spark).
+    `parquet`: Parquet writer settings for this write's files (`session_settings`)."""
     writer = df.write.format("delta").option("mergeSchema", "true")
-    with faults.commit_of(path):
+    with faults.commit_of(path), session_settings(spark, parquet or {}):
         if not exists(path):
             for key, value in (properties or {}).items():
                 writer = writer.option(key, value)

@@ -131,9 +131,10 @@ def side_part(df: DataFrame, table: str) -> DataFrame:
 def _read_spans(
     ranges: DataFrame, *extra: Column, users: Column | None = None
 ) -> tuple[list[tuple[int, int]], list[int], list[frozenset[str] | None]]:
-    """The read ranges covered by a few disjoint spans (`core.read_spans`; microseconds, empty:
-    no range), the sums of the integer `extra` aggregates and, with `users`, the users of each
-    span (`read_spans.span_members`; without, None per span), in one job. The ranges are widened
+    """The read ranges covered by a few spans (`core.read_spans`; microseconds, empty: no range),
+    the sums of the integer `extra` aggregates and, with `users`, the users each span is limited
+    to (`read_spans.read_terms`: spans of few users kept apart from those of many, which may
+    overlap them; without `users`, disjoint spans and None each), in one job. The ranges are widened
     to whole hours in Spark first, so few rows reach the driver whatever the number of sessions
     (and at most MAX_USERS_PER_SPAN + 1 users per hour pair)."""
     hour = read_spans.MICROS_PER_HOUR
@@ -150,14 +151,12 @@ def _read_spans(
         .agg(F.count(F.lit(1)).alias("_n"), keys.alias("_keys"), *extra)
         .collect()
     )
-    spans = read_spans.covering_spans((int(r["_lo"]), int(r["_hi"])) for r in rows)
     sums = [sum(int(r[i + 4] or 0) for r in rows) for i in range(len(extra))]
     if users is None:
+        spans = read_spans.covering_spans((int(r["_lo"]), int(r["_hi"])) for r in rows)
         return spans, sums, [None] * len(spans)
-    members = read_spans.span_members(
-        ((int(r["_lo"]), int(r["_hi"]), r["_keys"]) for r in rows), spans
-    )
-    return spans, sums, members
+    terms = read_spans.read_terms((int(r["_lo"]), int(r["_hi"]), r["_keys"]) for r in rows)
+    return [(lo, hi) for lo, hi, _ in terms], sums, [named for _, _, named in terms]
 
 
 def spans_filter(
@@ -316,7 +315,10 @@ class GapMode:
         limits: RunLimits,
     ) -> Touched:
         settings, changed, upper = self.settings, changes.usable, limits.upper_limit
-        ranges = localize(spark, core.gap_change_ranges(changed, settings))
+        # The changed users' chains of sessions bound each read to the sessions it can touch.
+        users = changed.select(F.col(core.USER_KEY).alias("user_identifier")).distinct()
+        chains = core.gap_chains(lifecycle.join(users, "user_identifier", "left_semi"), settings)
+        ranges = localize(spark, core.gap_change_ranges(changed, settings, chains))
         old_lifecycle = localize(
             spark, core.overlapping(lifecycle, self._user_ranges(ranges), on=["user_identifier"])
         )

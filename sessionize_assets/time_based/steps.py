@@ -180,6 +180,7 @@ def filtered_events_step(
             days,
             [LOAD_DATE, EVENT_DATE],
             properties={"delta.enableChangeDataFeed": "true"},
+            parquet=filtering.PARQUET_PAGES,
         )
     finally:
         marked.unpersist()

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from sessionize_assets.core.read_spans import covering_spans, span_members
+from sessionize_assets.core.read_spans import covering_spans, read_terms, span_members
 
 
 def covered(spans: list[tuple[int, int]], lo: int, hi: int) -> bool:
@@ -85,3 +85,45 @@ def test_a_users_range_is_always_read_by_its_span(seed):
     for lo, hi, users in ranges:
         (i,) = [i for i, (a, b) in enumerate(spans) if a <= lo and hi <= b]
         assert members[i] is None or set(users) <= members[i]
+
+
+def test_few_users_late_hours_stay_apart_from_a_day_of_many_users():
+    """A day of many users (time only) and a few users' late hours on older days: over the
+    limit, the few-user spans merge with each other (lists united), never into the time-only
+    span, so an old day is read for its named users only."""
+    crowd = [(1000, 1100, [f"c{i}", f"c{i + 1}"]) for i in range(0, 6, 2)]  # 6 users > 2
+    late = [(10, 20, ["a"]), (200, 210, ["b"]), (300, 310, ["c"])]
+    terms = read_terms(crowd + late, max_spans=2, per_span=2)
+    assert (1000, 1100, None) in terms
+    assert sorted(t for t in terms if t[2] is not None) == [
+        (10, 20, frozenset({"a"})),
+        (200, 310, frozenset({"b", "c"})),  # the two closest merged
+    ]
+    # the time-only read of covering_spans would have taken everything from 10 to 1100
+    assert covering_spans([(lo, hi) for lo, hi, _ in crowd + late], max_spans=1) == [(10, 1100)]
+    # past the budget of named users, a span reads everyone in its hours
+    assert read_terms(late, in_all=2) == [(300, 310, None), (10, 20, {"a"}), (200, 210, {"b"})]
+    assert read_terms([]) == []
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_every_range_is_read_by_a_term_that_reads_its_users(seed):
+    """Whatever the limits: each (users, range) lies inside a term of every user or one naming
+    all its users; at most max_spans terms of each kind; a range of unknown users is read whole."""
+    rng = random.Random(seed)
+    ranges = []
+    for _ in range(rng.randint(1, 300)):
+        lo = rng.randint(0, 20_000)
+        users = None if rng.random() < 0.05 else [f"u{rng.randint(0, 500)}" for _ in range(3)]
+        ranges.append((lo, lo + rng.randint(0, 60), users))
+    limit = rng.randint(1, 20)
+    terms = read_terms(
+        ranges, max_spans=limit, per_span=rng.randint(0, 30), in_all=rng.randint(0, 200)
+    )
+    assert sum(1 for t in terms if t[2] is None) <= limit
+    assert sum(1 for t in terms if t[2] is not None) <= limit
+    for lo, hi, users in ranges:
+        assert any(
+            a <= lo and hi <= b and (named is None or (users is not None and set(users) <= named))
+            for a, b, named in terms
+        ), (lo, hi, users)

@@ -262,6 +262,37 @@ def test_gap_read_ranges_are_exact(base, inserted, deleted_picks, gap_minutes, m
     assert {x for x in from_read if _overlaps(x, lo, hi)} == {
         x for x in after if _overlaps(x, lo, hi)
     }
+    # The same two claims for the ranges narrowed by the old sessions' chains
+    # (`gap_change_ranges` with `gap_chains`), modelled here from the old sessions alone.
+    (c_lo, c_hi), (r_lo, r_hi) = model_narrowed_ranges(
+        before, min(changed), max(changed), gap_minutes * MIN, reach, margin
+    )
+    assert lo <= c_lo <= c_hi <= hi and lo - margin <= r_lo <= r_hi <= hi + margin
+    assert {x for x in before if not _overlaps(x, c_lo, c_hi)} == {
+        x for x in after if not _overlaps(x, c_lo, c_hi)
+    }
+    narrow = [e for e in new if r_lo <= e[1] <= r_hi]
+    from_narrow = model_gap_sessions(narrow, gap_minutes, max_days) if narrow else set()
+    assert {x for x in from_narrow if _overlaps(x, c_lo, c_hi)} == {
+        x for x in after if _overlaps(x, c_lo, c_hi)
+    }
+
+
+def model_narrowed_ranges(old_sessions, lo, hi, gap, reach, margin):
+    """The changed and read ranges of changed events in [lo, hi], narrowed to the chains of the
+    old sessions within a gap of them (the rule `gap_change_ranges` applies with `gap_chains`)."""
+    chains: list[list[int]] = []
+    for _, start, end, *_ in sorted(old_sessions, key=lambda x: (x[1], x[2])):
+        if chains and start - chains[-1][1] <= gap:
+            chains[-1][1] = max(chains[-1][1], end)
+        else:
+            chains.append([start, end])
+    near = [c for c in chains if c[1] >= lo - gap and c[0] <= hi + gap]
+    first, last = min([lo] + [c[0] for c in near]), max([hi] + [c[1] for c in near])
+    return (
+        (max(lo - reach, first), min(hi + reach, last)),
+        (max(lo - reach - margin, first), min(hi + reach + margin, last)),
+    )
 
 
 def test_gap_mode_in_spark_matches_the_model(spark):
@@ -408,6 +439,77 @@ def test_gap_change_ranges_merge_nearby_changes(spark):
         ],
         key=lambda t: tuple(str(x) for x in t),
     )
+
+
+def test_gap_change_ranges_narrow_to_the_chains_of_old_sessions_they_touch(spark):
+    """With the changed users' lifecycle chains: a change within a gap of an old chain reads
+    that whole chain (two sessions a cut apart are one chain) and nothing else; a change near
+    no old session reads only itself; a chain longer than the margins is cut at them."""
+    s = make_settings(
+        start_date="2020-01-01", session_mode="gap", session_gap_minutes=30, max_session_days=1
+    )
+    lifecycle = spark.createDataFrame(
+        [
+            ("u", utc("2021-03-01T10:00"), utc("2021-03-01T10:20")),
+            ("u", utc("2021-03-01T10:40"), utc("2021-03-01T11:00")),  # 20 min on: same chain
+            ("u", utc("2021-03-01T15:00"), utc("2021-03-01T15:10")),  # hours away: untouched
+            ("v", utc("2021-03-01T09:00"), utc("2021-03-01T09:10")),  # 50 min before: untouched
+            ("bot", utc("2021-02-20T00:00"), utc("2021-03-10T00:00")),  # one long chain
+        ],
+        "user_identifier string, start_tstamp timestamp, end_tstamp timestamp",
+    )
+    changes = core.prepare_events(
+        events_frame(
+            spark,
+            [
+                make_event("2021-03-01T11:25", "u"),
+                make_event("2021-03-01T10:00", "v"),
+                make_event("2021-03-01T12:00", "bot"),
+            ],
+        ),
+        s,
+    )
+    chains = core.gap_chains(lifecycle, s)
+    assert rows_of(chains, core.USER_KEY, "_chain_lo", "_chain_hi") == sorted(
+        [
+            ("bot", *(core_micros(utc(t)) for t in ("2021-02-20T00:00", "2021-03-10T00:00"))),
+            ("u", *(core_micros(utc(t)) for t in ("2021-03-01T10:00", "2021-03-01T11:00"))),
+            ("u", *(core_micros(utc(t)) for t in ("2021-03-01T15:00", "2021-03-01T15:10"))),
+            ("v", *(core_micros(utc(t)) for t in ("2021-03-01T09:00", "2021-03-01T09:10"))),
+        ]
+    )
+    ranges = rows_of(
+        core.gap_change_ranges(changes, s, chains),
+        core.USER_KEY,
+        "_changed_lo",
+        "_changed_hi",
+        "_read_lo",
+        "_read_hi",
+    )
+    reach = dt.timedelta(days=1, minutes=30)
+    margin = dt.timedelta(days=1, minutes=60)
+    noon = utc("2021-03-01T12:00")
+    assert ranges == [
+        (
+            "bot",
+            noon - reach,
+            noon + reach,
+            noon - reach - margin,
+            noon + reach + margin,
+        ),
+        (
+            "u",
+            utc("2021-03-01T10:00"),
+            utc("2021-03-01T11:25"),
+            utc("2021-03-01T10:00"),
+            utc("2021-03-01T11:25"),
+        ),
+        ("v", *[utc("2021-03-01T10:00")] * 4),
+    ]
+
+
+def core_micros(when: dt.datetime) -> int:
+    return (when - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
 
 
 def test_users_and_stats_from_sessions(spark):

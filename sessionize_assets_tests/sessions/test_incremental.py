@@ -276,6 +276,54 @@ def test_a_span_of_few_users_opens_only_the_files_of_their_user_range(spark, tmp
     assert files_read(everyone) == files
 
 
+def rows_scanned(df) -> int:
+    """Rows the scans of `df`'s executed plan produced (run it first)."""
+    return sum(
+        metric(node, "numOutputRows")
+        for node in executed_nodes(df)
+        if node.getClass().getSimpleName() == "FileSourceScanExec"
+    )
+
+
+def test_a_few_users_read_decodes_only_their_pages_of_a_file(spark, tmp_path):
+    """filtered_events' files are sorted by user and written with pages of 1,000 rows
+    (`PARQUET_PAGES` through `replace_partitions`): a read naming one user of a 4,000-row file
+    decodes one or two pages (Parquet's page index); with Parquet's default pages, the whole file.
+    The Spark session's settings are as before once the write is done."""
+    from sessionize_assets.core.filtering import PARQUET_PAGES, clustered_by_user
+    from sessionize_assets.core.sessionize import user_key
+    from sessionize_assets.resources.delta import replace_partitions
+    from sessionize_assets_tests.sessions.support import events_frame
+
+    s = make_settings(start_date=DAY0.isoformat(), session_mode="gap")
+    rows = [
+        event(
+            dt.datetime.combine(DAY0, dt.time(hour, minute), tzinfo=dt.UTC),
+            f"user{u}",
+            f"user{u}-{hour}",
+        )
+        for hour in (8, 19)
+        for minute in (0, 5, 10, 15)
+        for u in range(500)  # in time order: the write must sort by user
+    ]
+    frame = events_frame(spark, rows).withColumn("event_date", F.to_date("derived_tstamp"))
+    scanned = {}
+    for name, parquet in (("paged", PARQUET_PAGES), ("default", None)):
+        path = str(tmp_path / name)
+        one_file = clustered_by_user(frame, user_key(s), len(rows), len(rows))
+        replace_partitions(
+            spark, one_file, path, "load_date", [DAY0], ["load_date", "event_date"], parquet=parquet
+        )
+        read = spark.read.format("delta").load(path).filter(F.col("domain_userid") == "user317")
+        assert len(read.collect()) == 8
+        assert files_read(read) == 1
+        scanned[name] = rows_scanned(read)
+    assert len(rows) == 4000
+    assert scanned["default"] == 4000
+    assert scanned["paged"] <= 2000
+    assert spark.conf.get("parquet.page.row.count.limit", None) is None
+
+
 def test_a_changed_setting_stops_the_run_and_a_refresh_rebuilds_under_the_new_one(spark, tmp_path):
     """session_mode changed from id to gap after the models were built: the run refuses with one
     sentence (a run limit changed does not); a refresh rebuilds every model in full, after which
