@@ -89,34 +89,62 @@ def span_members(
     return kept
 
 
+# A range longer than this (a long chain's read, cut at the margins: days) with few users is a
+# term of its own: merged into the crowded span of today's events, it would make that span read
+# every user's events over its days.
+LONG_RANGE = 24 * MICROS_PER_HOUR
+
+
 def read_terms(
     ranges: Iterable[tuple[int, int, Iterable[str] | None]],
     max_spans: int = MAX_SPANS,
     per_span: int = MAX_USERS_PER_SPAN,
     in_all: int = MAX_USERS_IN_FILTER,
+    long_range: int = LONG_RANGE,
 ) -> list[tuple[int, int, frozenset[str] | None]]:
     """The read's filter as terms `(lo, hi, users)`: the events in `[lo, hi]` of those users
     (None: of every user), at most `max_spans` terms of each kind.
 
-    Overlapping ranges first merge into spans; a span of few users (`span_members`) stays a
+    Overlapping ranges first merge into spans, except that a range longer than `long_range`
+    whose users are known and few stays apart. A span of few users (`span_members`) stays a
     term of its own, and only spans of many users merge with each other to stay under the limit
-    (`covering_spans`). So the hours of a few users' late events on an old day never widen into
-    a read of that day's every event; neighbouring few-user spans merge (their lists united) only
-    past the limit. Every range lies inside a term that reads all users or names its users."""
-    listed = [(min(lo, hi), max(lo, hi), keys) for lo, hi, keys in ranges]
+    (`covering_spans`). So the hours of a few users' late events on an old day, or one user's
+    long chain, never widen into a read of those days' every event; few-user terms merge with
+    each other (their lists united) only past the limit, and past `in_all` users named in all,
+    the largest lists read every user. Every range lies inside a term that reads all users or
+    names its users."""
+    listed = [
+        (min(lo, hi), max(lo, hi), None if keys is None else frozenset(keys))
+        for lo, hi, keys in ranges
+    ]
     if not listed:
         return []
-    exact = covering_spans(((lo, hi) for lo, hi, _ in listed), max_spans=len(listed))
-    members = span_members(listed, exact, per_span=per_span, in_all=in_all)
+
+    def alone(r: tuple[int, int, frozenset[str] | None]) -> bool:
+        return r[1] - r[0] > long_range and r[2] is not None and len(r[2]) <= per_span
+
+    long = [r for r in listed if alone(r)]
+    short = [r for r in listed if not alone(r)]
+    exact = covering_spans(((lo, hi) for lo, hi, _ in short), max_spans=len(short) or 1)
+    members = span_members(short, exact, per_span=per_span, in_all=len(listed) * per_span + 1)
     many = [span for span, named in zip(exact, members, strict=True) if named is None]
+    few: list[tuple[int, int, frozenset[str]]] = [
+        (lo, hi, named) for (lo, hi), named in zip(exact, members, strict=True) if named is not None
+    ] + [(lo, hi, keys) for lo, hi, keys in long if keys is not None]
+    # within the budget of users named, the smallest lists first; the rest read every user
+    budget, kept = in_all, []
+    for lo, hi, named in sorted(few, key=lambda t: (len(t[2]), t[0], t[1])):
+        if len(named) <= budget:
+            budget -= len(named)
+            kept.append([lo, hi, named])
+        else:
+            many.append((lo, hi))
     terms: list[tuple[int, int, frozenset[str] | None]] = [
         (lo, hi, None) for lo, hi in (covering_spans(many, max_spans) if many else [])
     ]
-    few = [
-        [lo, hi, named] for (lo, hi), named in zip(exact, members, strict=True) if named is not None
-    ]
-    while len(few) > max_spans:
-        i = min(range(len(few) - 1), key=lambda k: few[k + 1][0] - few[k][1])
-        few[i] = [few[i][0], max(few[i][1], few[i + 1][1]), few[i][2] | few[i + 1][2]]
-        del few[i + 1]
-    return terms + [(lo, hi, frozenset(named)) for lo, hi, named in few]
+    kept.sort(key=lambda t: (t[0], t[1]))
+    while len(kept) > max_spans:
+        i = min(range(len(kept) - 1), key=lambda k: kept[k + 1][0] - kept[k][1])
+        kept[i] = [kept[i][0], max(kept[i][1], kept[i + 1][1]), kept[i][2] | kept[i + 1][2]]
+        del kept[i + 1]
+    return terms + [(lo, hi, frozenset(named)) for lo, hi, named in kept]

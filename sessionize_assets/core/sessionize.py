@@ -580,30 +580,34 @@ def gap_change_ranges(
 
     Sessions wholly outside the changed range are provably the same before and after the
     changes, and those overlapping it are computed exactly from the events in the read range.
-    Ranges of one user whose read ranges would overlap are merged, so every event is read once.
+    Each cluster of changed times (a gap or less apart) gets its ranges; a user's ranges whose
+    read ranges overlap (or touch) are merged, so every event is read once.
 
-    With `chains` (`gap_chains` of the changed users' lifecycle rows) both ranges are narrowed
-    to the changed events and the old chains they can touch (within a gap of the changed
-    events' span): no old event lies within a gap outside those chains, so sessions are
-    recomputed exactly from there, and everything outside is unchanged. A late event of an old
-    session then re-reads that session's hours, not days either side. The narrowed range never
-    exceeds the margins above, where the rule above still holds.
+    With `chains` (`gap_chains` of the changed users' lifecycle rows) each cluster's ranges are
+    narrowed to it and the old chains within a gap of it: no old event lies within a gap
+    outside those chains, so sessions are recomputed exactly from there, and everything outside
+    is unchanged. A late event of an old session then re-reads that session's hours, not days
+    either side. The narrowed range never exceeds the margins above, where the rule above holds.
     """
     reach, margin = gap_reach_micros(settings), gap_margin_micros(settings)
+    gap = settings.session_gap_minutes * MICROS_PER_MINUTE
+    # Changed times a gap or less apart chain with each other whatever the old events: a cluster.
     order = Window.partitionBy(USER_KEY).orderBy("_t")
     times = changes.select(USER_KEY, _micros("derived_tstamp").alias("_t")).distinct()
     step = F.col("_t") - F.lag("_t").over(order)
-    parts = times.withColumn(
-        PART,
-        F.sum(F.when(step.isNull() | (step > F.lit(2 * (reach + margin))), 1).otherwise(0))
-        .over(order.rowsBetween(Window.unboundedPreceding, Window.currentRow))
-        .cast("long"),
+    clusters = (
+        times.withColumn(
+            "_cluster",
+            F.sum(F.when(step.isNull() | (step > F.lit(gap)), 1).otherwise(0)).over(
+                order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+            ),
+        )
+        .groupBy(USER_KEY, "_cluster")
+        .agg(F.min("_t").alias("_lo"), F.max("_t").alias("_hi"))
     )
-    ranges = parts.groupBy(USER_KEY, PART).agg(F.min("_t").alias("_lo"), F.max("_t").alias("_hi"))
     if chains is None:
         first, last = F.lit(None).cast("long"), F.lit(None).cast("long")
     else:
-        gap = settings.session_gap_minutes * MICROS_PER_MINUTE
         near = chains.select(F.col(USER_KEY).alias("_chain_user"), "_chain_lo", "_chain_hi").filter(
             F.col("_chain_user").isNotNull()
         )
@@ -612,27 +616,40 @@ def gap_change_ranges(
             & (F.col("_chain_hi") >= F.col("_lo") - F.lit(gap))
             & (F.col("_chain_lo") <= F.col("_hi") + F.lit(gap))
         )
-        ranges = (
-            ranges.join(near, touching, "left")
-            .groupBy(USER_KEY, PART, "_lo", "_hi")
+        clusters = (
+            clusters.join(near, touching, "left")
+            .groupBy(USER_KEY, "_cluster", "_lo", "_hi")
             .agg(F.min("_chain_lo").alias("_first"), F.max("_chain_hi").alias("_last"))
         )
         first = F.least(F.col("_lo"), F.col("_first"))
         last = F.greatest(F.col("_hi"), F.col("_last"))
 
     def low(width: int) -> Column:
-        return F.timestamp_micros(F.greatest(F.col("_lo") - F.lit(width), first))
+        return F.greatest(F.col("_lo") - F.lit(width), first)
 
     def high(width: int) -> Column:
-        return F.timestamp_micros(F.least(F.col("_hi") + F.lit(width), last))
+        return F.least(F.col("_hi") + F.lit(width), last)
 
-    return ranges.select(
+    each = clusters.select(
         USER_KEY,
+        low(reach).alias("_c_lo"),
+        high(reach).alias("_c_hi"),
+        low(reach + margin).alias("_r_lo"),
+        high(reach + margin).alias("_r_hi"),
+    )
+    order = Window.partitionBy(USER_KEY).orderBy("_r_lo", "_r_hi")
+    before = F.max("_r_hi").over(order.rowsBetween(Window.unboundedPreceding, -1))
+    parts = each.withColumn(
         PART,
-        low(reach).alias("_changed_lo"),
-        high(reach).alias("_changed_hi"),
-        low(reach + margin).alias("_read_lo"),
-        high(reach + margin).alias("_read_hi"),
+        F.sum(F.when(before.isNull() | (F.col("_r_lo") > before), 1).otherwise(0))
+        .over(order.rowsBetween(Window.unboundedPreceding, Window.currentRow))
+        .cast("long"),
+    )
+    return parts.groupBy(USER_KEY, PART).agg(
+        F.timestamp_micros(F.min("_c_lo")).alias("_changed_lo"),
+        F.timestamp_micros(F.max("_c_hi")).alias("_changed_hi"),
+        F.timestamp_micros(F.min("_r_lo")).alias("_read_lo"),
+        F.timestamp_micros(F.max("_r_hi")).alias("_read_hi"),
     )
 
 

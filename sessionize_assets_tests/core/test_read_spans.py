@@ -106,6 +106,19 @@ def test_few_users_late_hours_stay_apart_from_a_day_of_many_users():
     assert read_terms([]) == []
 
 
+def test_one_users_long_range_stays_apart_from_a_crowded_day():
+    """A long chain's read (days, one user) overlapping today's crowded hours: a term of its own
+    naming its user, so today's time-only span stays today."""
+    crowd = [(1000, 1100, [f"c{i}", f"c{i + 1}"]) for i in range(0, 6, 2)]
+    bot = (0, 5000, ["bot"])
+    assert read_terms([*crowd, bot], per_span=2, long_range=1000) == [
+        (1000, 1100, None),
+        (0, 5000, {"bot"}),
+    ]
+    # not long: it merges with the crowd into one time-only span
+    assert read_terms([*crowd, bot], per_span=2, long_range=10_000) == [(0, 5000, None)]
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_every_range_is_read_by_a_term_that_reads_its_users(seed):
     """Whatever the limits: each (users, range) lies inside a term of every user or one naming
@@ -115,10 +128,14 @@ def test_every_range_is_read_by_a_term_that_reads_its_users(seed):
     for _ in range(rng.randint(1, 300)):
         lo = rng.randint(0, 20_000)
         users = None if rng.random() < 0.05 else [f"u{rng.randint(0, 500)}" for _ in range(3)]
-        ranges.append((lo, lo + rng.randint(0, 60), users))
+        ranges.append((lo, lo + rng.randint(0, 60 if rng.random() < 0.9 else 3_000), users))
     limit = rng.randint(1, 20)
     terms = read_terms(
-        ranges, max_spans=limit, per_span=rng.randint(0, 30), in_all=rng.randint(0, 200)
+        ranges,
+        max_spans=limit,
+        per_span=rng.randint(0, 30),
+        in_all=rng.randint(0, 200),
+        long_range=rng.choice([100, 1_000, 10**9]),
     )
     assert sum(1 for t in terms if t[2] is None) <= limit
     assert sum(1 for t in terms if t[2] is not None) <= limit

@@ -224,7 +224,7 @@ def _overlaps(session, lo, hi):
 times = st.integers(min_value=0, max_value=8 * DAY // MIN).map(lambda m: 10_000 * DAY + m * MIN)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(
     base=st.lists(times, min_size=1, max_size=40),
     inserted=st.lists(times, min_size=0, max_size=3),
@@ -262,37 +262,62 @@ def test_gap_read_ranges_are_exact(base, inserted, deleted_picks, gap_minutes, m
     assert {x for x in from_read if _overlaps(x, lo, hi)} == {
         x for x in after if _overlaps(x, lo, hi)
     }
-    # The same two claims for the ranges narrowed by the old sessions' chains
-    # (`gap_change_ranges` with `gap_chains`), modelled here from the old sessions alone.
-    (c_lo, c_hi), (r_lo, r_hi) = model_narrowed_ranges(
-        before, min(changed), max(changed), gap_minutes * MIN, reach, margin
-    )
-    assert lo <= c_lo <= c_hi <= hi and lo - margin <= r_lo <= r_hi <= hi + margin
-    assert {x for x in before if not _overlaps(x, c_lo, c_hi)} == {
-        x for x in after if not _overlaps(x, c_lo, c_hi)
-    }
-    narrow = [e for e in new if r_lo <= e[1] <= r_hi]
-    from_narrow = model_gap_sessions(narrow, gap_minutes, max_days) if narrow else set()
-    assert {x for x in from_narrow if _overlaps(x, c_lo, c_hi)} == {
-        x for x in after if _overlaps(x, c_lo, c_hi)
-    }
+    # The same two claims for the ranges narrowed by the old sessions' chains, per changed time
+    # and merged where their read ranges overlap (`gap_change_ranges` with `gap_chains`),
+    # modelled here from the old sessions alone.
+    narrowed = model_narrowed_ranges(before, changed, gap_minutes * MIN, reach, margin)
+    assert all(lo <= c_lo <= c_hi <= hi for c_lo, c_hi, _, _ in narrowed)
+    assert all(lo - margin <= r_lo <= r_hi <= hi + margin for _, _, r_lo, r_hi in narrowed)
+
+    def touched(x):
+        return any(_overlaps(x, c_lo, c_hi) for c_lo, c_hi, _, _ in narrowed)
+
+    assert {x for x in before if not touched(x)} == {x for x in after if not touched(x)}
+    for c_lo, c_hi, r_lo, r_hi in narrowed:
+        narrow = [e for e in new if r_lo <= e[1] <= r_hi]
+        from_narrow = model_gap_sessions(narrow, gap_minutes, max_days) if narrow else set()
+        assert {x for x in from_narrow if _overlaps(x, c_lo, c_hi)} == {
+            x for x in after if _overlaps(x, c_lo, c_hi)
+        }
 
 
-def model_narrowed_ranges(old_sessions, lo, hi, gap, reach, margin):
-    """The changed and read ranges of changed events in [lo, hi], narrowed to the chains of the
-    old sessions within a gap of them (the rule `gap_change_ranges` applies with `gap_chains`)."""
+def model_narrowed_ranges(old_sessions, changed, gap, reach, margin):
+    """[changed_lo, changed_hi, read_lo, read_hi] per group of changed times: the changed times
+    clustered (a gap or less apart), each cluster's ranges narrowed to the chains of the old
+    sessions within a gap of it, then merged where the read ranges overlap or touch (the rule
+    `gap_change_ranges` applies with `gap_chains`)."""
     chains: list[list[int]] = []
     for _, start, end, *_ in sorted(old_sessions, key=lambda x: (x[1], x[2])):
         if chains and start - chains[-1][1] <= gap:
             chains[-1][1] = max(chains[-1][1], end)
         else:
             chains.append([start, end])
-    near = [c for c in chains if c[1] >= lo - gap and c[0] <= hi + gap]
-    first, last = min([lo] + [c[0] for c in near]), max([hi] + [c[1] for c in near])
-    return (
-        (max(lo - reach, first), min(hi + reach, last)),
-        (max(lo - reach - margin, first), min(hi + reach + margin, last)),
-    )
+    clusters: list[list[int]] = []
+    for t in sorted(set(changed)):
+        if clusters and t - clusters[-1][1] <= gap:
+            clusters[-1][1] = t
+        else:
+            clusters.append([t, t])
+    each = []
+    for lo, hi in clusters:
+        near = [c for c in chains if c[1] >= lo - gap and c[0] <= hi + gap]
+        first, last = min([lo] + [c[0] for c in near]), max([hi] + [c[1] for c in near])
+        each.append(
+            [
+                max(lo - reach, first),
+                min(hi + reach, last),
+                max(lo - reach - margin, first),
+                min(hi + reach + margin, last),
+            ]
+        )
+    merged: list[list[int]] = []
+    for c_lo, c_hi, r_lo, r_hi in sorted(each, key=lambda r: (r[2], r[3])):
+        if merged and r_lo <= merged[-1][3]:
+            m = merged[-1]
+            m[:] = [min(m[0], c_lo), max(m[1], c_hi), m[2], max(m[3], r_hi)]
+        else:
+            merged.append([c_lo, c_hi, r_lo, r_hi])
+    return merged
 
 
 def test_gap_mode_in_spark_matches_the_model(spark):
