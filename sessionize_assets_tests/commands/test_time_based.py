@@ -22,6 +22,7 @@ from sessionize_assets.core import attributes as attrs
 from sessionize_assets.core.filtering import duplicate_event_ids
 from sessionize_assets.time_based.state import read_state
 from sessionize_assets.time_based.tables import TimeBasedTables
+from sessionize_assets_tests import reference_model as reference
 from sessionize_assets_tests.core.test_filtering import event
 from sessionize_assets_tests.seeds import history_seeds, seed_id
 from sessionize_assets_tests.time_based.test_steps import ROWS, append_events, day, make_lake
@@ -186,23 +187,22 @@ def random_history(rng: random.Random) -> tuple[list[list[tuple]], tuple[int, in
 counter = itertools.count()
 
 
-def land(spark, lake, rows) -> None:
+def land(spark, lake, rows) -> list[dict]:
+    """Append the rows to `events`; returns them as landed (the reference model's input)."""
     batch = next(counter)
-    append_events(
-        spark,
-        lake,
-        [
-            event(
-                f"e{event_id}",
-                f"2024-03-{load:02d}T{10 + i % 12:02d}:00:00",
-                f"2024-03-{load - late:02d}T{8 + i % 12:02d}:30:00",
-                user=user,
-                name=name,
-                row_hash=f"{batch}-{i}",
-            )
-            for i, (load, late, event_id, user, name) in enumerate(rows)
-        ],
-    )
+    landed = [
+        event(
+            f"e{event_id}",
+            f"2024-03-{load:02d}T{10 + i % 12:02d}:00:00",
+            f"2024-03-{load - late:02d}T{8 + i % 12:02d}:30:00",
+            user=user,
+            name=name,
+            row_hash=f"{batch}-{i}",
+        )
+        for i, (load, late, event_id, user, name) in enumerate(rows)
+    ]
+    append_events(spark, lake, landed)
+    return landed
 
 
 def rows_of(df) -> dict:
@@ -252,9 +252,9 @@ def test_accounting_invariant_and_full_recompute_after_random_histories(
         tmp_path_factory.mktemp("history") / "home", now=NOW, backfill_limit_days=10, **limits
     )
     instance = DagsterInstance.ephemeral()
-    land(spark, lake, batches[0])
+    raw = land(spark, lake, batches[0])
     run_time_based(lake, spark, instance)
-    land(spark, lake, batches[1])
+    raw += land(spark, lake, batches[1])
     if backfill is not None:
         first = day(backfill[0])
         backfill_time_based(first, first + dt.timedelta(days=backfill[1]), lake, spark, instance)
@@ -295,3 +295,41 @@ def test_accounting_invariant_and_full_recompute_after_random_histories(
             attrs.attributes(full_daily, as_of, lake.settings.attribute_windows_days)
         )
         assert rows_of(spark.read.format("delta").load(lake.table("attributes"))) == expected
+    # The independent oracle (issue 19): filtered_events and daily_aggregates from scratch, in
+    # plain Python, out of the raw rows landed (sessionize_assets_tests/reference_model.py).
+    problems = reference_differences(lake, raw, manifest, strict)
+    assert not problems, "\n".join(problems)
+
+
+def reference_differences(lake, raw: list[dict], manifest: dict, strict: bool) -> list[str]:
+    """filtered_events row for row; each event day's aggregate up to its horizon, its rows and
+    its pending rows. The decisions that set horizons are not modelled: taken from the manifest,
+    except in the strict policy, where every row must be counted (no horizon needed)."""
+    settings = lake.settings
+    kept = reference.filtered_events(raw, settings)
+    columns = [*raw[0].keys(), "event_date"]
+    problems = reference.differences(
+        "filtered_events",
+        reference.delta_rows(lake.table("filtered_events"), columns),
+        kept,
+        key=["load_date", "event_id", "_row_hash"],
+    )
+    horizons = {d: r.horizon for d, r in manifest.items()}
+    problems += reference.differences(
+        "daily_aggregates",
+        reference.delta_rows(lake.table("daily_aggregates"), agg.BASE_COLUMNS),
+        reference.daily_aggregates(kept, settings, None if strict else horizons),
+        key=["user_identifier", "event_date"],
+    )
+    for event_day in sorted({r["event_date"] for r in kept} | set(manifest)):
+        horizon = horizons.get(event_day)
+        of_day = [r for r in kept if r["event_date"] == event_day]
+        pending = 0 if strict else sum(horizon is None or r["load_date"] > horizon for r in of_day)
+        row = manifest.get(event_day)
+        stored = (row.rows_loaded, row.pending) if row else None
+        if stored != (len(of_day), pending):
+            problems.append(
+                f"daily_aggregation_manifest {event_day} (rows loaded, pending): stored {stored}, "
+                f"reference {(len(of_day), pending)}"
+            )
+    return problems

@@ -6,8 +6,10 @@ replayed with SESSIONIZE_SEEDS) is one random history with every kind of change 
 (by collector time and by session timestamp only), duplicates loaded again later, load days
 written out of order, a load day re-materialized with rows removed and added, a user's events
 deleted -- interleaved with incremental runs, then caught up and compared with `verify_sessions`
-(the same full recompute the CLI's `verify` runs). Examples are few and histories small: each
-run costs a handful of Delta commits.
+(the same full recompute the CLI's `verify` runs) and with the independent plain-Python
+reference model (`sessionize_assets_tests/reference_model.py`, docs/testing.md), which sees bugs in
+the rules themselves that `verify`, sharing the product's functions, cannot. Examples are few and
+histories small: each run costs a handful of Delta commits.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import random
 import pytest
 
 from sessionize_assets.commands.sessions import verify_sessions
+from sessionize_assets.home import Home
 from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets_tests import reference_model as reference
 from sessionize_assets_tests.seeds import history_seeds, seed_id
 from sessionize_assets_tests.sessions.support import (
     delete_events,
@@ -37,14 +41,22 @@ LAST_EVENT = dt.datetime(2021, 3, 9, tzinfo=dt.UTC)
 
 
 def random_history(rng: random.Random, mode: str):
-    """A list of steps: ("load", {day: rows}), ("run", now), ("delete", sql), ("rewrite", day, rows)."""
+    """A list of steps: ("load", {day: rows}), ("run", now), ("delete", sql, user), ("rewrite", day,
+    rows)."""
     users = [f"u{i}" for i in range(6)]
     loads: dict[dt.date, list[dict]] = {}
-    for user in users:
+    # "bot": a chain of activity longer than max_session_days (gap mode cuts and quarantines it);
+    # steps of exactly session_gap_minutes (60) sit on the "strictly longer" boundary.
+    for user in [*users, "bot"]:
         clock = START + dt.timedelta(minutes=rng.randrange(0, 3 * 24 * 60))
         session = 0
-        for _ in range(rng.randrange(4, 14)):
-            step = rng.choice([2, 10, 45, 70, 300, 24 * 60, 2 * 24 * 60])
+        for _ in range(rng.randrange(4, 14) if user != "bot" else 110):
+            steps = (
+                [2, 10, 45, 60, 70, 300, 24 * 60, 2 * 24 * 60]
+                if user != "bot"
+                else [20, 30, 45, 60]
+            )
+            step = rng.choice(steps)
             clock += dt.timedelta(minutes=step)
             if clock > LAST_EVENT:
                 break
@@ -86,14 +98,15 @@ def random_history(rng: random.Random, mode: str):
             steps.append(("run", min(now, FINAL_NOW - dt.timedelta(days=1))))
     # re-materialize one load day: some rows removed, a new late row added
     day = rng.choice(days)
-    kept = [r for r in loads[day] if rng.random() < 0.7]
+    kept = [r for r in loads[day] if rng.random() < (0.7 if r["domain_userid"] != "bot" else 0.95)]
     user = rng.choice(users)
     loaded = dt.datetime.combine(day, dt.time(12), tzinfo=dt.UTC)
     when = min(START + dt.timedelta(hours=rng.randrange(0, 96)), loaded - dt.timedelta(hours=1))
     late = event(when, user, f"{user}-s1", loaded=loaded)
     steps.append(("rewrite", day, kept + [late]))
     steps.append(("run", FINAL_NOW - dt.timedelta(days=1)))
-    steps.append(("delete", f"domain_userid = '{rng.choice(users)}'"))
+    gone = rng.choice(users)
+    steps.append(("delete", f"domain_userid = '{gone}'", gone))
     return steps
 
 
@@ -113,13 +126,19 @@ def test_caught_up_sessions_equal_a_full_recompute(spark, tmp_path_factory, mode
         max_session_days=2,
         session_gap_minutes=60,
     )
+    loaded: dict[dt.date, list[dict]] = {}  # filtered_events as the steps leave it, in Python
     for step in random_history(rng, mode):
         if step[0] == "load":
             write_load_days(spark, home, step[1])
+            loaded.update(step[1])
         elif step[0] == "rewrite":
             write_load_day(spark, home, step[1], step[2])
+            loaded[step[1]] = step[2]
         elif step[0] == "delete":
             delete_events(spark, home, step[1])
+            loaded = {
+                d: [r for r in rows if r["domain_userid"] != step[2]] for d, rows in loaded.items()
+            }
         else:
             run(spark, home, s, step[1])
     runs = run_until_caught_up(spark, home, s, FINAL_NOW)
@@ -129,3 +148,40 @@ def test_caught_up_sessions_equal_a_full_recompute(spark, tmp_path_factory, mode
     report = verify_sessions(lake, spark)
     assert report.compared["sessions"] > 0
     assert report.ok, "\n".join(report.lines())
+    # The independent oracle (issue 19): the same tables from scratch, in plain Python, out of the
+    # rows the steps left in filtered_events (sessionize_assets_tests/reference_model.py).
+    problems = reference_differences(home, s, [r for rows in loaded.values() for r in rows])
+    assert not problems, "\n".join(problems)
+
+
+def reference_differences(home, settings, rows: list[dict]) -> list[str]:
+    """The sessions, users (and in gap mode lifecycle) tables against the reference model's."""
+    table = Home(home).table
+    if settings.session_mode == "gap":
+        sessions = reference.gap_sessions(rows, settings)
+        lifecycle = reference.gap_lifecycle(sessions)
+        problems = reference.differences(
+            "sessions_lifecycle_manifest",
+            reference.delta_rows(table("sessions_lifecycle_manifest")),
+            lifecycle,
+            key=["session_identifier"],
+        )
+    else:
+        # id mode: first-seen users and frozen quarantines are the lifecycle manifest's memory,
+        # taken as given (SPEC section 6); everything else is recomputed.
+        known = {
+            r["session_identifier"]: r
+            for r in reference.delta_rows(table("sessions_lifecycle_manifest"))
+        }
+        sessions = reference.id_sessions(rows, settings, known)
+        problems = []
+    problems += reference.differences(
+        "sessions", reference.delta_rows(table("sessions")), sessions, key=["session_identifier"]
+    )
+    problems += reference.differences(
+        "users",
+        reference.delta_rows(table("users")),
+        reference.users(sessions),
+        key=["user_identifier"],
+    )
+    return problems

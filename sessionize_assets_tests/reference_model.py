@@ -1,0 +1,418 @@
+"""An independent reference model of the derived tables, in plain Python (issue 19).
+
+The random-history tests compare what the incremental runs left in the lake with what these
+functions compute from scratch out of the rows the test loaded. Nothing here imports the
+project's code (only its `Settings`, for the values): no Spark, no DataFrame, no shared helper.
+The rules are written again from the specification (`../shared/SPEC.md` sections 5 and 6) and
+`docs/time_based.md` / `docs/sessions.md`, so a bug in the product's rule is not also in the
+oracle. Rows are dicts; timestamps are aware UTC datetimes (naive ones are taken as UTC).
+
+Covered (docs/testing.md):
+
+- `filtered_events(raw, settings)`: validated `events` rows -> kept rows with `event_date`;
+- `daily_aggregates(rows, settings)`: one row per (user, event day), the time-based aggregate;
+- `gap_sessions(rows, settings)` and `id_sessions(rows, settings, lifecycle)`: the `sessions`
+  table (numbered); `users(sessions)`; `gap_lifecycle(sessions)`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from sessionize_assets.settings import Settings
+
+Row = dict[str, Any]
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+MICRO = dt.timedelta(microseconds=1)
+DAY_MICROS = 86_400 * 1_000_000
+MINUTE_MICROS = 60 * 1_000_000
+
+
+# --- values --------------------------------------------------------------------------------------
+
+
+def utc(value: dt.datetime | None) -> dt.datetime | None:
+    """An aware UTC datetime (naive values are UTC), or None."""
+    if value is None:
+        return None
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
+def micros(value: dt.datetime | None) -> int | None:
+    """Microseconds since 1970-01-01 UTC."""
+    return None if value is None else (utc(value) - EPOCH) // MICRO
+
+
+def from_micros(value: int) -> dt.datetime:
+    return EPOCH + dt.timedelta(microseconds=value)
+
+
+def _nulls_last(*values: Any) -> tuple:
+    """A sort key ordering each value ascending with None after everything (SQL NULLS LAST)."""
+    return tuple((v is None, v if v is not None else 0) for v in values)
+
+
+def _first_non_empty(row: Mapping[str, Any], columns: Sequence[str]) -> str | None:
+    """The first value of the columns that is neither null nor the empty string, as a string."""
+    for column in columns:
+        value = row.get(column)
+        if value is not None and str(value) != "":
+            return str(value)
+    return None
+
+
+# --- filtered_events (SPEC section 5) ------------------------------------------------------------
+
+
+def filtered_events(raw: Iterable[Mapping[str, Any]], settings: Settings) -> list[Row]:
+    """The rows `filtered_events` keeps from every raw `events` row loaded so far.
+
+    A raw row of load day L is dropped, in this order of reasons, when
+    1. another raw row with its `event_id` was loaded in one of the `dedupe_lookback_days` load
+       days before L (whatever became of that row), or in L itself ahead of it by
+       (`load_tstamp`, `collector_tstamp`, `dvce_created_tstamp`, `_row_hash`), nulls last;
+    2. `app_ids` is not empty and does not hold its `app_id`;
+    3. `event_names` is not empty and does not hold its `event_name`;
+    4. its event day (UTC date of `derived_tstamp`) is before `start_date`.
+    Kept rows are the raw row plus `event_date`.
+    """
+    rows = [dict(r) for r in raw]
+    by_id: dict[Any, list[Row]] = defaultdict(list)
+    for r in rows:
+        by_id[r["event_id"]].append(r)
+
+    def rank(r: Row) -> tuple:
+        return _nulls_last(
+            micros(r.get("load_tstamp")),
+            micros(r.get("collector_tstamp")),
+            micros(r.get("dvce_created_tstamp")),
+            r.get("_row_hash"),
+        )
+
+    lookback = dt.timedelta(days=settings.dedupe_lookback_days)
+    kept = []
+    for r in rows:
+        day = r["load_date"]
+        copies = [c for c in by_id[r["event_id"]] if c is not r]
+        earlier_day = any(day - lookback <= c["load_date"] < day for c in copies)
+        ahead_same_day = any(c["load_date"] == day and rank(c) < rank(r) for c in copies)
+        if earlier_day or ahead_same_day:
+            continue
+        if settings.app_ids and r.get("app_id") not in settings.app_ids:
+            continue
+        if settings.event_names and r.get("event_name") not in settings.event_names:
+            continue
+        derived = utc(r.get("derived_tstamp"))
+        event_date = None if derived is None else derived.date()
+        if event_date is not None and event_date < settings.start_date:
+            continue
+        kept.append({**r, "event_date": event_date})
+    return kept
+
+
+# --- daily_aggregates (SPEC section 5) -----------------------------------------------------------
+
+
+def daily_aggregates(
+    rows: Iterable[Mapping[str, Any]],
+    settings: Settings,
+    horizons: Mapping[dt.date, dt.date | None] | None = None,
+) -> list[Row]:
+    """One row per (user, event day) of kept rows: the first non-null `user_identifier` column
+    (null users are one row), `total_events`, `page_views`, first/last `derived_tstamp` and
+    `event_counts` (event name -> rows, a null name under ""). With `horizons`, event day D
+    counts only its rows with load day <= horizons[D] (no horizon: none of them)."""
+    groups: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
+    for r in rows:
+        day = r["event_date"]
+        if horizons is not None:
+            horizon = horizons.get(day)
+            if horizon is None or r["load_date"] > horizon:
+                continue
+        user = next((str(r[c]) for c in settings.user_identifier if r.get(c) is not None), None)
+        groups[(user, day)].append(r)
+    out = []
+    for (user, day), members in groups.items():
+        counts: dict[str, int] = defaultdict(int)
+        for m in members:
+            counts[m.get("event_name") or ""] += 1
+        times = [utc(m["derived_tstamp"]) for m in members if m.get("derived_tstamp") is not None]
+        out.append(
+            {
+                "user_identifier": user,
+                "event_date": day,
+                "total_events": len(members),
+                "page_views": sum(m.get("event_name") == "page_view" for m in members),
+                "first_event_tstamp": min(times) if times else None,
+                "last_event_tstamp": max(times) if times else None,
+                "event_counts": dict(counts),
+            }
+        )
+    return out
+
+
+# --- sessions (SPEC section 6) -------------------------------------------------------------------
+
+
+def _usable(rows: Iterable[Mapping[str, Any]], settings: Settings, key_columns: Sequence[str]):
+    """The events a session can hold, each as a small dict: session timestamp (else load time)
+    at or after start_date, not sent more than days_late_allowed after it was created, and with
+    the key the mode needs."""
+    start = micros(dt.datetime.combine(settings.start_date, dt.time(), tzinfo=dt.UTC))
+    late = settings.days_late_allowed * DAY_MICROS
+    out = []
+    for r in rows:
+        ts = r.get(settings.session_timestamp)
+        ts = micros(ts if ts is not None else r.get("load_tstamp"))
+        sent, created = micros(r.get("dvce_sent_tstamp")), micros(r.get("dvce_created_tstamp"))
+        if ts is None or ts < start:
+            continue
+        if sent is not None and created is not None and sent - created > late:
+            continue
+        e = {
+            "event_id": r.get("event_id"),
+            "event_name": r.get("event_name"),
+            "page_url": r.get("page_url"),
+            "derived": micros(r.get("derived_tstamp")),
+            "created": created,
+            "ts": ts,
+            "user": _first_non_empty(r, settings.user_identifier),
+            "session": _first_non_empty(r, settings.session_identifier),
+            "tie": r.get("_row_hash"),
+        }
+        if _first_non_empty(r, key_columns) is None:
+            continue
+        out.append(e)
+    return out
+
+
+def _dedupe(events: list[Row], key: Callable[[Row], tuple]) -> list[Row]:
+    """The first copy per key, by session timestamp, creation time, then every column read."""
+    best: dict[tuple, Row] = {}
+
+    def order(e: Row) -> tuple:
+        return _nulls_last(
+            e["ts"],
+            e["created"],
+            e["derived"],
+            e["event_name"],
+            e["page_url"],
+            e["user"],
+            e["session"],
+            e["tie"],
+        )
+
+    for e in events:
+        k = key(e)
+        if k not in best or order(e) < order(best[k]):
+            best[k] = e
+    return list(best.values())
+
+
+def _session_row(session_id: str, user: str | None, events: list[Row], quarantined: bool) -> Row:
+    start = min(e["derived"] for e in events)
+    end = max(e["derived"] for e in events)
+    with_url = sorted(
+        (e for e in events if e["page_url"] is not None),
+        key=lambda e: _nulls_last(e["derived"], e["event_id"], e["page_url"]),
+    )
+    return {
+        "session_identifier": session_id,
+        "user_identifier": user,
+        "start_tstamp": from_micros(start),
+        "end_tstamp": from_micros(end),
+        "total_events": len(events),
+        "page_views": sum(e["event_name"] == "page_view" for e in events),
+        "duration_s": (end - start) / 1_000_000.0,
+        "first_page_url": with_url[0]["page_url"] if with_url else None,
+        "last_page_url": with_url[-1]["page_url"] if with_url else None,
+        "is_quarantined": quarantined,
+    }
+
+
+def _numbered(sessions: list[Row]) -> list[Row]:
+    """session_number: 1-based per user by (start, session_identifier); null without a user."""
+    per_user: dict[str, list[Row]] = defaultdict(list)
+    for s in sessions:
+        s["session_number"] = None
+        if s["user_identifier"] is not None:
+            per_user[s["user_identifier"]].append(s)
+    for members in per_user.values():
+        members.sort(key=lambda s: (s["start_tstamp"], s["session_identifier"]))
+        for n, s in enumerate(members, start=1):
+            s["session_number"] = n
+    return sessions
+
+
+def gap_sessions(rows: Iterable[Mapping[str, Any]], settings: Settings) -> list[Row]:
+    """gap mode from scratch: per user, events by (derived_tstamp, event_id) (one copy per user,
+    event_id and derived_tstamp); a gap strictly longer than session_gap_minutes starts a chain;
+    a chain spanning more than max_session_days is cut into pieces at every multiple of
+    max_session_days since 1970-01-01 UTC, each piece quarantined. id = sha256(user|first id)."""
+    events = _usable(rows, settings, settings.user_identifier)
+    events = _dedupe(events, lambda e: (e["user"], e["event_id"], e["derived"]))
+    gap = settings.session_gap_minutes * MINUTE_MICROS
+    cap = settings.max_session_days * DAY_MICROS
+    per_user: dict[str, list[Row]] = defaultdict(list)
+    for e in events:
+        per_user[e["user"]].append(e)
+    sessions = []
+    for user, mine in per_user.items():
+        mine.sort(key=lambda e: (e["derived"], e["event_id"]))
+        chains: list[list[Row]] = []
+        for e in mine:
+            if chains and e["derived"] - chains[-1][-1]["derived"] <= gap:
+                chains[-1].append(e)
+            else:
+                chains.append([e])
+        for chain in chains:
+            long = chain[-1]["derived"] - chain[0]["derived"] > cap
+            pieces: dict[int, list[Row]] = defaultdict(list)
+            for e in chain:
+                pieces[e["derived"] // cap if long else 0].append(e)
+            for piece in pieces.values():
+                first = piece[0]["event_id"]  # the chain is in (derived, event_id) order
+                text = user if first is None else f"{user}|{first}"
+                sid = hashlib.sha256(text.encode()).hexdigest()
+                sessions.append(_session_row(sid, user, piece, long))
+    return _numbered(sessions)
+
+
+def id_sessions(
+    rows: Iterable[Mapping[str, Any]],
+    settings: Settings,
+    lifecycle: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[Row]:
+    """id mode from scratch, with the lifecycle manifest's memory taken as given (as the spec's
+    invariant does): `lifecycle[session id]` = {user_identifier, start_tstamp, is_quarantined}.
+
+    Per session id (one copy per session and event_id): the span starts at the earliest session
+    timestamp (a quarantined session: at its recorded start); the cap is start +
+    max_session_days; the session is quarantined when recorded so or when an event is at or past
+    the cap; events past the cap (and, if recorded quarantined, before the start) are left out.
+    The user is the recorded one, else the largest user among the events kept."""
+    lifecycle = lifecycle or {}
+    events = _usable(rows, settings, settings.session_identifier)
+    events = _dedupe(events, lambda e: (e["session"], e["event_id"]))
+    cap_micros = settings.max_session_days * DAY_MICROS
+    per_session: dict[str, list[Row]] = defaultdict(list)
+    for e in events:
+        per_session[e["session"]].append(e)
+    sessions = []
+    for sid, mine in per_session.items():
+        known = lifecycle.get(sid)
+        frozen = bool(known and known.get("is_quarantined"))
+        start = micros(known["start_tstamp"]) if frozen else min(e["ts"] for e in mine)
+        cap = start + cap_micros
+        quarantined = frozen or max(e["ts"] for e in mine) >= cap
+        kept = [e for e in mine if e["ts"] <= cap and not (frozen and e["ts"] < start)]
+        if not kept:
+            continue
+        users_seen = [e["user"] for e in kept if e["user"] is not None]
+        user = (known or {}).get("user_identifier") or (max(users_seen) if users_seen else None)
+        sessions.append(_session_row(sid, user, kept, quarantined))
+    return _numbered(sessions)
+
+
+def users(sessions: Iterable[Mapping[str, Any]]) -> list[Row]:
+    """One row per non-null user of the sessions."""
+    per_user: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for s in sessions:
+        if s["user_identifier"] is not None:
+            per_user[s["user_identifier"]].append(s)
+    return [
+        {
+            "user_identifier": user,
+            "first_session_start_tstamp": min(s["start_tstamp"] for s in mine),
+            "last_session_end_tstamp": max(s["end_tstamp"] for s in mine),
+            "sessions": len(mine),
+            "total_events": sum(s["total_events"] for s in mine),
+            "page_views": sum(s["page_views"] for s in mine),
+        }
+        for user, mine in per_user.items()
+    ]
+
+
+def gap_lifecycle(sessions: Iterable[Mapping[str, Any]]) -> list[Row]:
+    """gap mode's lifecycle manifest mirrors the sessions (start and end on derived_tstamp)."""
+    return [
+        {
+            k: s[k]
+            for k in (
+                "session_identifier",
+                "user_identifier",
+                "start_tstamp",
+                "end_tstamp",
+                "is_quarantined",
+            )
+        }
+        for s in sessions
+    ]
+
+
+# --- comparing with the lake ---------------------------------------------------------------------
+
+
+def delta_rows(path: str, columns: Sequence[str] | None = None) -> list[Row]:
+    """A Delta table's rows as dicts (delta-rs: no Spark job), timestamps as aware UTC."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(path).to_pyarrow_table(columns=list(columns) if columns else None)
+    return [normalize(r) for r in table.to_pylist()]
+
+
+def normalize(row: Mapping[str, Any]) -> Row:
+    """Values made comparable: datetimes aware UTC, map columns (lists of pairs) as dicts."""
+    out = {}
+    for k, v in row.items():
+        if isinstance(v, dt.datetime):
+            v = utc(v)
+        elif isinstance(v, list) and v and all(isinstance(p, tuple) and len(p) == 2 for p in v):
+            v = dict(v)
+        out[k] = v
+    return out
+
+
+def differences(
+    name: str,
+    stored: Iterable[Mapping[str, Any]],
+    expected: Iterable[Mapping[str, Any]],
+    key: Sequence[str],
+    columns: Sequence[str] | None = None,
+    limit: int = 10,
+) -> list[str]:
+    """Row-by-row differences by key (on `columns`, default: the expected rows' columns), as
+    sentences naming the table, the key and the columns; empty when the tables are equal."""
+    expected = [dict(r) for r in expected]
+    stored = [dict(r) for r in stored]
+    columns = list(columns or (expected[0].keys() if expected else ()))
+
+    def index(rows: list[Row], side: str) -> dict[tuple, Row]:
+        out: dict[tuple, Row] = {}
+        for r in rows:
+            k = tuple(r.get(c) for c in key)
+            if k in out:
+                found.append(f"{name}: key {k} appears twice in the {side} rows")
+            out[k] = r
+        return out
+
+    found: list[str] = []
+    got, want = index(stored, "stored"), index(expected, "reference")
+    for k in sorted(set(want) - set(got), key=repr):
+        found.append(f"{name}: missing {k} (reference: {want[k]})")
+    for k in sorted(set(got) - set(want), key=repr):
+        found.append(f"{name}: unexpected {k} (stored: {got[k]})")
+    for k in sorted(set(got) & set(want), key=repr):
+        diff = {
+            c: (got[k].get(c), want[k].get(c)) for c in columns if got[k].get(c) != want[k].get(c)
+        }
+        if diff:
+            found.append(f"{name}: {k} differs (stored, reference): {diff}")
+    if len(found) > limit:
+        found = found[:limit] + [f"... and {len(found) - limit} more"]
+    return found

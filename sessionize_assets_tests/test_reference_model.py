@@ -1,0 +1,64 @@
+"""The reference model (docs/testing.md) on hand-computed cases: plain Python, no Spark."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+
+from sessionize_assets.settings import from_mapping
+from sessionize_assets_tests import reference_model as reference
+from sessionize_assets_tests.sessions.support import event, make_settings
+from sessionize_assets_tests.time_based.test_steps import ROWS, SETTINGS
+
+
+def test_filtered_events_and_daily_aggregates_of_the_time_based_scenario() -> None:
+    settings = from_mapping(SETTINGS)
+    kept = reference.filtered_events(ROWS, settings)
+    # the same rows test_steps expects from the Spark assets
+    assert sorted((r["load_date"].day, r["event_id"], r["event_date"].day) for r in kept) == [
+        (1, "a", 1),
+        (1, "b", 1),
+        (2, "c", 2),
+        (2, "d", 1),
+        (3, "e", 1),
+        (3, "f", 1),
+        (5, "h", 1),
+    ]
+    horizons = {dt.date(2024, 3, 1): dt.date(2024, 3, 3), dt.date(2024, 3, 2): dt.date(2024, 3, 2)}
+    daily = {
+        (r["user_identifier"], r["event_date"].day): r
+        for r in reference.daily_aggregates(kept, settings, horizons)
+    }
+    assert {k: v["total_events"] for k, v in daily.items()} == {
+        ("u1", 1): 2,
+        ("u2", 1): 2,
+        ("u3", 1): 1,  # h (loaded 03-05) is past the horizon
+        ("u1", 2): 1,
+    }
+    assert daily[("u1", 1)]["event_counts"] == {"page_view": 1, "link_click": 1}
+
+
+def test_gap_sessions_split_on_gaps_strictly_longer_and_cut_long_chains_at_fixed_days() -> None:
+    settings = make_settings(session_mode="gap", session_gap_minutes=30, max_session_days=1)
+    rows = [
+        event("2024-03-01T10:00:00", "u", event_id="a"),
+        event("2024-03-01T10:30:00", "u", event_id="b"),  # exactly the gap: same session
+        event("2024-03-01T11:00:01", "u", event_id="c"),  # longer: a new session
+    ]
+    sessions = sorted(reference.gap_sessions(rows, settings), key=lambda s: s["session_number"])
+    assert [(s["total_events"], s["first_page_url"], s["last_page_url"]) for s in sessions] == [
+        (2, "https://example.com/a", "https://example.com/b"),
+        (1, "https://example.com/c", "https://example.com/c"),
+    ]
+    assert sessions[0]["session_identifier"] == hashlib.sha256(b"u|a").hexdigest()
+    # every 20 minutes from 03-01 20:00 to 03-03 04:00: one chain of 32 hours, cut at midnights
+    start = dt.datetime(2024, 3, 1, 20, tzinfo=dt.UTC)
+    chain = [event(start + dt.timedelta(minutes=20 * i), "v") for i in range(97)]
+    pieces = sorted(reference.gap_sessions(chain, settings), key=lambda s: s["start_tstamp"])
+    assert [(s["start_tstamp"].day, s["end_tstamp"].day, s["is_quarantined"]) for s in pieces] == [
+        (1, 1, True),
+        (2, 2, True),
+        (3, 3, True),
+    ]
+    users = reference.users(pieces)
+    assert users[0]["sessions"] == 3 and users[0]["total_events"] == 97
