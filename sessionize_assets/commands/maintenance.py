@@ -81,7 +81,8 @@ def maintain_home(
         refusal = vacuum_refusal(vacuum_hours, old_version_readers(home.table), now)
         if refusal is not None:
             raise UserError(refusal)
-    from sessionize_assets.sessions.frames import default_parallelism, temporary_conf
+    from sessionize_assets.resources.delta import temporary_conf
+    from sessionize_assets.sessions.frames import default_parallelism
 
     spark = spark_session()
     confs = {

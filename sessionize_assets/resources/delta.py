@@ -154,7 +154,7 @@ def in_list(column: str, days: Iterable[dt.date]) -> str:
 
 
 @contextmanager
-def session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+def temporary_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
     """`settings` set on the Spark session for the duration of the block, then restored.
 
     Spark hands a session's settings to the Hadoop configuration of its file writers, so this
@@ -184,9 +184,9 @@ def replace_partitions(
     parquet: Mapping[str, str] | None = None,
 ) -> None:
     """Replace exactly the rows of `days` (in partition column `column`) with `df` (Spark).
-    `parquet`: Parquet writer settings for this write's files (`session_settings`)."""
+    `parquet`: Parquet writer settings for this write's files (`temporary_conf`)."""
     writer = df.write.format("delta").option("mergeSchema", "true")
-    with faults.commit_of(path), session_settings(spark, parquet or {}):
+    with faults.commit_of(path), temporary_conf(spark, parquet or {}):
         if not exists(path):
             for key, value in (properties or {}).items():
                 writer = writer.option(key, value)

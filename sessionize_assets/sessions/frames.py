@@ -16,6 +16,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sessionize_assets.core import sessionize as core
+from sessionize_assets.resources.delta import temporary_conf
 from sessionize_assets.settings import Settings
 
 # Intermediate results up to this many rows become driver-local DataFrames (collected through
@@ -65,22 +66,6 @@ def small_query_conf(spark: SparkSession, enabled: bool) -> Iterator[None]:
     }
     with temporary_conf(spark, wanted):
         yield
-
-
-@contextmanager
-def temporary_conf(spark: SparkSession, wanted: dict[str, str]) -> Iterator[None]:
-    """Set session settings for the block; put the previous values back afterwards."""
-    before = {k: spark.conf.get(k, None) for k in wanted}
-    for k, v in wanted.items():
-        spark.conf.set(k, v)
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
 
 
 def window_filter(settings: Settings, lower: dt.datetime, upper: dt.datetime) -> Column:
