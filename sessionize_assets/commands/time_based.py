@@ -129,6 +129,31 @@ def _aggregate_outstanding(runner: _Runner, today: dt.date) -> tuple[list[dt.dat
     return ready, waiting
 
 
+def _redo_reached(
+    runner: _Runner, processed: Sequence[dt.date], known: set[dt.date], latest: dt.date
+) -> list[dt.date]:
+    """Redo the later, processed load days that a change to `processed` reached through
+    duplicates, then those the redone days reach in turn, until none is left (each day once:
+    `known` grows). Returns the days redone, in order."""
+    settings, done = runner.settings, list(processed)
+    redone: list[dt.date] = []
+    while True:
+        state = read_state(_tables(runner.lake))
+        reached = reached_load_days(
+            state.pending_load_days(settings.start_date),
+            done,
+            known,
+            settings.dedupe_lookback_days,
+            latest,
+        )
+        if not reached:
+            return redone
+        runner.load_days(reached, set(state.pending_filtered()))
+        redone += reached
+        done += reached
+        known |= set(reached)
+
+
 # ------------------------------------------------------------------------------------- run
 
 
@@ -194,21 +219,7 @@ def run_time_based(
     known = set(pending)
     runner.load_days(plan.load_days, set(state.pending_filtered()))
     report.load_days = list(plan.load_days)
-    # A change to a load day can reach later, processed load days through duplicates: redo them.
-    for _ in range(3):
-        state = read_state(_tables(lake))
-        reached = reached_load_days(
-            state.pending_load_days(settings.start_date),
-            plan.load_days,
-            known,
-            settings.dedupe_lookback_days,
-            last_started_day(now),
-        )
-        if not reached:
-            break
-        runner.load_days(reached, set(state.pending_filtered()))
-        report.reached += reached
-        known |= set(reached)
+    report.reached = _redo_reached(runner, plan.load_days, known, last_started_day(now))
     report.event_days, report.waiting = _aggregate_outstanding(runner, now.date())
     state = read_state(_tables(lake))
     changed = bool(report.load_days or report.event_days)
@@ -304,16 +315,9 @@ def backfill_time_based(
             checkpoint(cursor, runner.run_ids[-1] if runner.run_ids else None)
     last = min(end, now.date())
     if config is not None and first <= last:
-        state = read_state(_tables(lake))
-        reached = reached_load_days(
-            state.pending_load_days(settings.start_date),
-            [first, last],
-            set(days_between(first, last)),
-            settings.dedupe_lookback_days,
-            now.date(),
+        report.reached = _redo_reached(
+            runner, [first, last], set(days_between(first, last)), now.date()
         )
-        runner.load_days(reached, set(state.pending_filtered()))
-        report.reached = reached
     report.event_days, report.waiting = _aggregate_outstanding(runner, now.date())
     # A backfill always recomputes attributes and the manifest once daily_aggregates exists.
     if finish_due(read_state(_tables(lake)).daily_aggregates_version is not None, True, False):
