@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -290,18 +290,19 @@ def rows_up_to_horizon(counts: Counts, event_day: dt.date, horizon: dt.date | No
 def accounting_differences(
     counts: Counts,
     counted: Mapping[dt.date, tuple[int, dt.date | None]],
-    event_days: tuple[dt.date, dt.date] | None = None,
+    awaiting: Collection[dt.date] = (),
 ) -> list[str]:
     """The accounting invariant per event day, as named differences (empty: it holds).
 
     `counted[D]` = (rows counted into daily_aggregates(D), i.e. the sum of its `total_events`, and
     the horizon it recorded). For every D: rows of D in filtered_events = counted + pending(D).
-    With `event_days` (first, last), only the days between them (a run's partitions: a day that
-    another run of the same command is about to re-aggregate may not hold yet).
+    Days `awaiting` re-aggregation (a "process" decision newer than their aggregate:
+    `outstanding_event_days`) are left out: a later run re-aggregates them, and until then a
+    rewritten load day may have taken their rows away.
     """
     out = []
     for event_day in sorted({d for (_, d) in counts} | set(counted)):
-        if event_days is not None and not event_days[0] <= event_day <= event_days[1]:
+        if event_day in awaiting:
             continue
         rows_counted, horizon = counted.get(event_day, (0, None))
         loaded = sum(rows for (_, d), rows in counts.items() if d == event_day)

@@ -275,16 +275,17 @@ def test_no_pending_rows_with_min_rows_1_and_reprocess_covering_the_lateness(eve
         assert pending_rows(counts, event_day, aggregated.get(event_day)) == 0
 
 
-def test_the_accounting_of_a_runs_event_days_leaves_out_a_day_another_run_will_redo():
+def test_the_accounting_leaves_out_a_day_awaiting_re_aggregation():
     """A rewritten load day took event day 6's only row away; the command re-aggregates day 4 in
-    one run and day 6 in the next. Day 6 breaks the invariant until then: the check of the run
-    over day 4 does not count it, the whole-table check does."""
+    one run and day 6 in the next. Until then day 6 breaks the invariant, and it is awaiting
+    re-aggregation: left out. Any other broken day is still reported."""
     d = dt.date
     counts = {(d(2024, 3, 4), d(2024, 3, 4)): 1, (d(2024, 3, 5), d(2024, 3, 4)): 2}
     counted = {d(2024, 3, 4): (3, d(2024, 3, 5)), d(2024, 3, 6): (1, d(2024, 3, 6))}
-    assert accounting_differences(counts, counted) == [
+    broken = (
         "event day 2024-03-06: 0 rows in filtered_events != 1 counted into daily_aggregates "
         "(horizon 2024-03-06) + 0 pending"
-    ]
-    assert accounting_differences(counts, counted, (d(2024, 3, 4), d(2024, 3, 4))) == []
-    assert len(accounting_differences(counts, counted, (d(2024, 3, 4), d(2024, 3, 6)))) == 1
+    )
+    assert accounting_differences(counts, counted) == [broken]
+    assert accounting_differences(counts, counted, {d(2024, 3, 6)}) == []
+    assert accounting_differences(counts, counted, {d(2024, 3, 4)}) == [broken]
