@@ -315,12 +315,14 @@ class GapMode:
         limits: RunLimits,
     ) -> Touched:
         settings, changed, upper = self.settings, changes.usable, limits.upper_limit
-        # The changed users' chains of sessions bound each read to the sessions it can touch.
+        # The changed users' lifecycle rows, read once: their chains of sessions bound each read
+        # to the sessions it can touch, and the touched rows are taken from them.
         users = changed.select(F.col(core.USER_KEY).alias("user_identifier")).distinct()
-        chains = core.gap_chains(lifecycle.join(users, "user_identifier", "left_semi"), settings)
+        theirs = localize(spark, lifecycle.join(users, "user_identifier", "left_semi"))
+        chains = core.gap_chains(theirs, settings)
         ranges = localize(spark, core.gap_change_ranges(changed, settings, chains))
         old_lifecycle = localize(
-            spark, core.overlapping(lifecycle, self._user_ranges(ranges), on=["user_identifier"])
+            spark, core.overlapping(theirs, self._user_ranges(ranges), on=["user_identifier"])
         )
         # The spans, and the users of each: a span with few users (late events of old sessions)
         # also filters on them, so Delta opens only the files of those users' range.
@@ -332,6 +334,7 @@ class GapMode:
             of_users=user_filter(settings, dict(snapshot.dtypes)),
         )
         lifecycle_rows = old_lifecycle.count()
+        theirs.unpersist()  # ranges and old_lifecycle are computed (and kept) by now
         if inside is None:  # nothing usable changed (or only after the upper limit)
             read = (
                 changed.select(*core.PREPARED_COLUMNS)
