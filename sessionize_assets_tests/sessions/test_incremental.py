@@ -194,13 +194,18 @@ def test_a_vacuumed_change_feed_means_a_full_rebuild(spark, tmp_path):
     assert report.ok, "\n".join(report.lines())
 
 
-def files_read(df) -> int:
-    """Files the scans of `df`'s executed plan opened (run it first)."""
+def scans(df, name: str) -> int:
+    """A metric summed over the file scans of `df`'s executed plan (run it first)."""
     return sum(
-        metric(node, "numFiles")
+        metric(node, name)
         for node in executed_nodes(df)
         if node.getClass().getSimpleName() == "FileSourceScanExec"
     )
+
+
+def files_read(df) -> int:
+    """Files the scans of `df`'s executed plan opened (run it first)."""
+    return scans(df, "numFiles")
 
 
 def test_the_read_opens_the_touched_sessions_days_not_the_days_between(spark, tmp_path):
@@ -276,15 +281,6 @@ def test_a_span_of_few_users_opens_only_the_files_of_their_user_range(spark, tmp
     assert files_read(everyone) == files
 
 
-def rows_scanned(df) -> int:
-    """Rows the scans of `df`'s executed plan produced (run it first)."""
-    return sum(
-        metric(node, "numOutputRows")
-        for node in executed_nodes(df)
-        if node.getClass().getSimpleName() == "FileSourceScanExec"
-    )
-
-
 def test_a_few_users_read_decodes_only_their_pages_of_a_file(spark, tmp_path):
     """filtered_events' files are sorted by user and written with pages of 1,000 rows
     (`PARQUET_PAGES` through `replace_partitions`): a read naming one user of a 4,000-row file
@@ -317,7 +313,7 @@ def test_a_few_users_read_decodes_only_their_pages_of_a_file(spark, tmp_path):
         read = spark.read.format("delta").load(path).filter(F.col("domain_userid") == "user317")
         assert len(read.collect()) == 8
         assert files_read(read) == 1
-        scanned[name] = rows_scanned(read)
+        scanned[name] = scans(read, "numOutputRows")
     assert len(rows) == 4000
     assert scanned["default"] == 4000
     assert scanned["paged"] <= 2000
