@@ -181,6 +181,25 @@ def cmd_refresh(ctx: CommandContext) -> int:
     return 0
 
 
+def cmd_forget(ctx: CommandContext) -> int:
+    from sessionize_assets.commands.forget import forget, forget_refusal, read_users_file
+    from sessionize_assets.core.forget import ForgetRequestError, requested_users
+
+    a = ctx.args
+    text = read_users_file(a.from_file) if a.from_file else None
+    try:
+        users = requested_users(a.users, text)
+    except ForgetRequestError as exc:
+        raise UserError(str(exc)) from exc
+    refused = forget_refusal(a.yes)
+    if refused:
+        raise UserError(refused)
+    with _exclusive(ctx, "forget"):
+        report = forget(ctx, users, a.reason)
+    _print(report.lines())
+    return int(report.exit_status)
+
+
 def cmd_backfill(ctx: CommandContext) -> int:
     from sessionize_assets.pipeline import backfill_pipeline
 
@@ -492,6 +511,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_refresh)
 
     p = sub.add_parser(
+        "forget",
+        help="delete users' rows from every table, recompute what that changes, record the "
+        "request (counts only)",
+    )
+    p.add_argument("users", nargs="*", metavar="USER", help="user ids (user_identifier values)")
+    p.add_argument(
+        "--from-file", metavar="F", help="a file of user ids, one per line (# starts a comment)"
+    )
+    p.add_argument("--reason", help="why (kept in forget_log, e.g. a ticket number)")
+    p.add_argument("--yes", action="store_true", help="confirm: the deletion cannot be undone")
+    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help=wait_help)
+    p.set_defaults(func=cmd_forget)
+
+    p = sub.add_parser(
         "demo", help="generate data, land it day by day, run the pipeline after each load"
     )
     p.add_argument("--days", type=int, default=6)
@@ -521,7 +554,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-QUIET_COMMANDS = {"run", "backfill", "demo", "verify", "maintain", "refresh"}
+QUIET_COMMANDS = {"run", "backfill", "demo", "verify", "maintain", "refresh", "forget"}
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sessionize_assets.core import aggregates, attributes, schema
+from sessionize_assets.core import aggregates, attributes, forget, schema
 from sessionize_assets.core.validate import INVALID_EVENTS_SCHEMA
 from sessionize_assets.ingest.loader import LOAD_LOG_SCHEMA, ordered_columns
 from sessionize_assets.resources import tables as names
@@ -89,6 +89,8 @@ def _arrow_type(kind: pa.DataType) -> str:
         return "timestamp" if kind.tz else "timestamp_ntz"
     if pa.types.is_list(kind):
         return f"array<{_arrow_type(kind.value_type)}>"
+    if pa.types.is_map(kind):
+        return f"map<{_arrow_type(kind.key_type)},{_arrow_type(kind.item_type)}>"
     raise ValueError(f"no Spark name for pyarrow type {kind}")
 
 
@@ -357,6 +359,16 @@ def catalog(settings: Settings | None = None) -> tuple[Table, ...]:
             (),
             "`sessionize backfill`, `sessionize load --by-load-date` "
             "(`resources/cursor_store.py`); no asset",
+        ),
+        Table(
+            names.FORGET_LOG,
+            "One row per finished `sessionize forget` request: when, by whom, why, how many ids "
+            "and rows per table, the load days redone; never the ids.",
+            _from_arrow(forget.FORGET_LOG_SCHEMA),
+            ("request_id",),
+            "a fresh uuid per request (delta-rs MERGE on it, `upsert_small`)",
+            (),
+            "`sessionize forget` (`commands/forget.py`); no asset",
         ),
     )
 

@@ -10,7 +10,9 @@ import pytest
 from deltalake import DeltaTable
 
 from sessionize_assets import table_catalog
+from sessionize_assets.commands.forget import record_request
 from sessionize_assets.core.cursor import CursorState
+from sessionize_assets.core.forget import ForgetRecord
 from sessionize_assets.home import Home
 from sessionize_assets.ingest.loader import load_paths
 from sessionize_assets.resources import tables as names
@@ -114,6 +116,16 @@ def write_every_table(spark, root: Path) -> Home:
     run = run_session_models(spark, home.table, settings, now)
     assert not run.warnings, run.warnings
     CursorCheckpointStore(spark, home.table(names.CURSOR_STATE)).save("catalog", CursorState())
+    forget_record = ForgetRecord(
+        request_id="r1",
+        requested_at=now,
+        requested_by="ops",
+        reason=None,
+        users=1,
+        rows_deleted={names.EVENTS: 2},
+        load_days_redone=tuple(days),
+    )
+    record_request(home.table(names.FORGET_LOG), forget_record)
     return home
 
 

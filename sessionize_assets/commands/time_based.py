@@ -327,6 +327,58 @@ def backfill_time_based(
     return report
 
 
+@dataclass
+class TimeBasedRedoReport:
+    """What re-materializing chosen load days did for the time-based branch (`forget`)."""
+
+    load_days: list[dt.date] = field(default_factory=list)
+    reached: list[dt.date] = field(default_factory=list)
+    event_days: list[dt.date] = field(default_factory=list)
+    waiting: list[dt.date] = field(default_factory=list)
+    attributes: bool = False
+    run_ids: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        out = [
+            "Time-based branch:",
+            f"  filtered_events + days_to_process re-materialized for {_fmt(self.load_days)}",
+        ]
+        if self.reached:
+            out.append(
+                f"  Later load days redone (their duplicates were reached): {_fmt(self.reached)}"
+            )
+        out.append(f"  daily_aggregates (re)computed for event days: {_fmt(self.event_days)}")
+        if self.waiting:
+            out.append(
+                f"  Event days decided but not yet partitions (clock skew): {_fmt(self.waiting)}"
+            )
+        if self.attributes:
+            out.append("  attributes and daily_aggregation_manifest recomputed.")
+        out.append(f"  Dagster runs: {len(self.run_ids)}")
+        return out
+
+
+def redo_load_days_time_based(
+    days: Sequence[dt.date], lake: LakeResource, instance: DagsterInstance
+) -> TimeBasedRedoReport:
+    """Re-materialize exactly `days` (not the days between them) and what they affect: later load
+    days their duplicates reach, the event days they decide, attributes. `forget` uses it after
+    deleting rows from those load days of `events`."""
+    now = lake.current_time()
+    runner = _Runner(lake, instance)
+    report = TimeBasedRedoReport(load_days=sorted(days))
+    if report.load_days:
+        runner.load_days(report.load_days, set(report.load_days))
+        report.reached = _redo_reached(runner, report.load_days, set(report.load_days), now.date())
+    report.event_days, report.waiting = _aggregate_outstanding(runner, now.date())
+    state = read_state(_tables(lake))
+    if finish_due(state.daily_aggregates_version is not None, bool(report.load_days), False):
+        runner.finish()
+        report.attributes = True
+    report.run_ids = runner.run_ids
+    return report
+
+
 # ---------------------------------------------------------------------------------- verify
 
 

@@ -27,6 +27,7 @@ SUPERSEDED_SESSIONS = "superseded_sessions"
 INCREMENTAL_MANIFEST = "incremental_manifest"
 PROCESSING_MANIFEST = "processing_manifest"
 CURSOR_STATE = "cursor_state"
+FORGET_LOG = "forget_log"
 
 
 class WarehouseResource(ConfigurableResource):
