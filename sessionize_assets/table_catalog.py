@@ -29,6 +29,7 @@ from sessionize_assets.resources.delta import schema_pairs
 from sessionize_assets.resources.processing_manifest import spark_schema as manifest_spark_schema
 from sessionize_assets.sessions import tables as session_tables
 from sessionize_assets.settings import Settings
+from sessionize_assets.time_based import definitions as time_definitions
 from sessionize_assets.time_based import tables as time_tables
 
 DOC_PATH = Path(__file__).resolve().parents[1] / "docs" / "tables.md"
@@ -359,6 +360,17 @@ def catalog(settings: Settings | None = None) -> tuple[Table, ...]:
             (),
             "`sessionize backfill`, `sessionize load --by-load-date` "
             "(`resources/cursor_store.py`); no asset",
+        ),
+        Table(
+            names.TIME_BASED_DEFINITIONS,
+            "The settings each time-based model was built with; a run whose settings differ "
+            "stops with one sentence (`sessionize refresh MODEL --yes` rebuilds it).",
+            _from_arrow(time_definitions.DEFINITIONS_SCHEMA),
+            ("model",),
+            "delta-rs MERGE on the key (`upsert_small`); written at a first build and by refresh",
+            (),
+            "assets `filtered_events`, `daily_aggregates` (`time_based/assets.py`), "
+            "`sessionize refresh` (`time_based/definitions.py`)",
         ),
         Table(
             names.FORGET_LOG,

@@ -20,7 +20,7 @@ from sessionize_assets.resources.cursor_store import CursorCheckpointStore
 from sessionize_assets.sessions.run import run_session_models
 from sessionize_assets.sessions.tables import USER_SESSION_STATS
 from sessionize_assets.settings import Settings
-from sessionize_assets.time_based import steps
+from sessionize_assets.time_based import definitions, steps
 from sessionize_assets.time_based.tables import TimeBasedTables
 
 TABLE_NAMES = sorted(
@@ -126,6 +126,9 @@ def write_every_table(spark, root: Path) -> Home:
         load_days_redone=tuple(days),
     )
     record_request(home.table(names.FORGET_LOG), forget_record)
+    definitions.record(
+        home.table(names.TIME_BASED_DEFINITIONS), settings, ["filtered_events", "daily_aggregates"]
+    )
     return home
 
 

@@ -1,6 +1,15 @@
-"""`sessionize refresh [MODEL ...] [--yes]`: rebuild the session models in full from
-`filtered_events` (one Dagster run of `session_models` with `refresh: true`), guarded like
-Snowplow's `snowplow__allow_refresh`, and record the settings they were rebuilt with."""
+"""`sessionize refresh [MODEL ...] [--yes]`: rebuild models under the current settings, guarded
+like Snowplow's `snowplow__allow_refresh`, and record the settings they were rebuilt with.
+
+- Session models (`sessions`, `users`, `user_session_stats`; the default): rebuilt in full from
+  `filtered_events` (one Dagster run of `session_models` with `refresh: true`).
+- Time-based models (`filtered_events`, `days_to_process`, `daily_aggregates`, `attributes`):
+  every load day from the first one on is re-materialized (the `backfill` runs, tagged so their
+  assets accept the changed settings), then the event days they decide and `attributes`; the
+  session models then follow the rewritten `filtered_events` through its change feed (or are
+  rebuilt too when named). The new definitions are recorded only at the end, so an interrupted
+  refresh still refuses runs until it is run again.
+"""
 
 from __future__ import annotations
 
@@ -21,33 +30,45 @@ def refresh_refusal(
     """Why `refresh` must not run (one sentence), or None."""
     for model in models:
         if model in TIME_BASED:
-            return (
-                f"`refresh` rebuilds the session models only; {model} belongs to the time-based "
-                f"branch: re-run its load days with `sessionize backfill --start DAY --end DAY`."
-            )
+            continue
         if model not in KNOWN_SESSION_MODELS:
-            return f"{model} is not a model (session models: {', '.join(KNOWN_SESSION_MODELS)})."
+            known = ", ".join((*TIME_BASED, *KNOWN_SESSION_MODELS))
+            return f"{model} is not a model (models: {known})."
         if model not in enabled:
             return f"{model} is not enabled (setting session_models: {', '.join(enabled)})."
     if not (yes or allowed):
+        what = (
+            "every load day of the time-based branch"
+            if any(m in TIME_BASED for m in models)
+            else "every session model in full from filtered_events"
+        )
         return (
-            "A refresh rebuilds every session model in full from filtered_events: confirm it with "
-            "--yes, or set allow_refresh: true in the settings."
+            f"A refresh rebuilds {what}: confirm it with --yes, or set allow_refresh: true in the "
+            "settings."
         )
     return None
 
 
 def refresh(ctx: CommandContext, models: Sequence[str], yes: bool) -> list[str]:
-    """Rebuild the enabled session models (any named model rebuilds them all: users and
-    user_session_stats are built from sessions). Returns the lines to print."""
-    from sessionize_assets.commands.sessions import summarize
-    from sessionize_assets.pipeline import spark_resource
-    from sessionize_assets.sessions.materialize import SessionMaterializer
+    """Rebuild the named models (any session model rebuilds them all: users and
+    user_session_stats are built from sessions; any time-based model rebuilds the time-based
+    branch). Returns the lines to print."""
 
     enabled = enabled_models(ctx.settings)
     refused = refresh_refusal(models, enabled, yes, ctx.settings.allow_refresh)
     if refused:
         raise UserError(refused)
+    if any(m in TIME_BASED for m in models):
+        sessions_named = [m for m in models if m not in TIME_BASED]
+        return refresh_time_based(ctx, rebuild_sessions=bool(sessions_named))
+    return _refresh_sessions(ctx, enabled)
+
+
+def _refresh_sessions(ctx: CommandContext, enabled: Sequence[str]) -> list[str]:
+    from sessionize_assets.commands.sessions import summarize
+    from sessionize_assets.pipeline import spark_resource
+    from sessionize_assets.sessions.materialize import SessionMaterializer
+
     materialize = SessionMaterializer(ctx.lake, spark_resource(ctx), ctx.instance)
     done = materialize(refresh=True, yes=True)
     if done.outcome is None and done.blocked:
@@ -64,3 +85,48 @@ def refresh(ctx: CommandContext, models: Sequence[str], yes: bool) -> list[str]:
 
 class RefreshFailed(Exception):
     """The refresh run failed (an engine error: exit status 4)."""
+
+
+def refresh_time_based(ctx: CommandContext, rebuild_sessions: bool) -> list[str]:
+    """Re-materialize every known load day (from the first in `events` or ever consumed, not
+    before start_date, through the last) under the current settings, then the session models
+    (rebuilt when `rebuild_sessions`, else run on the feed); record the time-based definitions."""
+    from sessionize_assets.commands.sessions import run_sessions
+    from sessionize_assets.commands.time_based import backfill_time_based
+    from sessionize_assets.core.model_definitions import TIME_BASED_SHAPING
+    from sessionize_assets.pipeline import spark_resource
+    from sessionize_assets.resources.shared_reads import sharing
+    from sessionize_assets.time_based import definitions
+    from sessionize_assets.time_based.state import read_state
+    from sessionize_assets.time_based.tables import TimeBasedTables
+
+    lake = ctx.lake_at(None)
+    tables = TimeBasedTables.at(lake.table)
+    state = read_state(tables)
+    known = [
+        d for d in {*state.events_fingerprints, *state.accounting} if d >= ctx.settings.start_date
+    ]
+    lines: list[str] = []
+    if known:
+        with sharing():
+            rebuilt = backfill_time_based(
+                min(known), max(known), lake, ctx.spark, ctx.instance, refresh=True
+            )
+            lines += rebuilt.lines()
+            if rebuild_sessions:
+                lines += _refresh_sessions(ctx, enabled_models(ctx.settings))
+            else:
+                sessions = run_sessions(lake, spark_resource(ctx), ctx.instance)
+                lines += sessions.lines()
+                if not sessions.ok:
+                    raise RefreshFailed(
+                        getattr(sessions, "failure_reason", None) or "the session branch failed"
+                    )
+    else:
+        lines.append("No load day to rebuild: the time-based branch holds no data yet.")
+    definitions.record(tables.definitions, ctx.settings, list(TIME_BASED_SHAPING))
+    lines.append(
+        "Recorded the settings the time-based models are now built with; run `sessionize verify` "
+        "to compare every table with a full recompute."
+    )
+    return lines

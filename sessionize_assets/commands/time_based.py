@@ -5,7 +5,7 @@ runs are recorded where the UI shows them."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +46,7 @@ from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import SparkDeltaResource
 from sessionize_assets.resources.tables import ATTRIBUTES, DAILY_AGGREGATES, FILTERED_EVENTS
 from sessionize_assets.settings import Settings
+from sessionize_assets.time_based import definitions
 from sessionize_assets.time_based.state import TimeBasedState, read_state
 from sessionize_assets.time_based.tables import TimeBasedTables
 
@@ -62,7 +63,9 @@ class _Runner:
     """Materializes the planner's runs (`core.planning`) on one instance, as the sensors' run
     requests would: the same assets, partitions and lane tag."""
 
-    def __init__(self, lake: LakeResource, instance: DagsterInstance) -> None:
+    def __init__(
+        self, lake: LakeResource, instance: DagsterInstance, tags: Mapping[str, str] | None = None
+    ) -> None:
         from sessionize_assets.checks import build_checks
         from sessionize_assets.definitions import build_assets
 
@@ -78,6 +81,7 @@ class _Runner:
             "spark": SparkDeltaResource(spark_config=dict(self.settings.spark)),
         }
         self.run_ids: list[str] = []
+        self.tags = dict(tags or {})
 
     def run(
         self,
@@ -86,7 +90,7 @@ class _Runner:
         last: dt.date | None = None,
         run_config: dict | None = None,
     ) -> str:
-        tags = {**TIME_BASED_LANE, **run_tags()}
+        tags = {**TIME_BASED_LANE, **run_tags(), **self.tags}
         partition_key = None
         if first is not None and last is not None and first != last:
             tags |= {RANGE_START: first.isoformat(), RANGE_END: last.isoformat()}
@@ -209,6 +213,7 @@ def run_time_based(
     """
     del spark  # the SparkDeltaResource reuses the process's active session
     settings, now = lake.settings, lake.current_time()
+    definitions.refuse_changed(_tables(lake).definitions, settings)
     runner = _Runner(lake, instance)
     state = read_state(_tables(lake))
     pending = state.pending_load_days(settings.start_date)
@@ -285,6 +290,7 @@ def backfill_time_based(
     instance: DagsterInstance,
     cursor: dt.datetime | None = None,
     checkpoint: Callable[[dt.datetime, str | None], Any] | None = None,
+    refresh: bool = False,
 ) -> TimeBasedBackfillReport:
     """Re-materialize load days start .. end (inclusive) and everything they affect downstream:
     later load days their duplicates reach, the event days they decide, attributes.
@@ -292,14 +298,18 @@ def backfill_time_based(
     The load days are cursor windows (`core.load_windows.backfill_cursor`: one Dagster run of at
     most backfill_limit_days days each); after each window `checkpoint(cursor, run_id)` is called,
     and a backfill given the `cursor` of an interrupted one resumes at its first unfinished window.
+    `refresh`: the runs rebuild under settings that changed since the models were built
+    (`sessionize refresh`); otherwise such a change refuses the backfill.
     """
     del spark
     settings, now = lake.settings, lake.current_time()
     if end < start:
         raise ValueError(f"end {end} is before start {start}")
+    if not refresh:
+        definitions.refuse_changed(_tables(lake).definitions, settings)
     first = max(start, settings.start_date)
     report = TimeBasedBackfillReport(start=start, end=end)
-    runner = _Runner(lake, instance)
+    runner = _Runner(lake, instance, {definitions.REFRESH_TAG: "true"} if refresh else None)
     if first > end:
         config, windows = None, []
     else:

@@ -1,7 +1,8 @@
-"""The settings that shape the session models' rows, and what a change of them means (plain
-Python, no Spark).
+"""The settings that shape the models' rows, and what a change of them means (plain Python, no
+Spark).
 
-Each model's `incremental_manifest` row records the definition it was built with. A run whose
+Each session model's `incremental_manifest` row records the definition it was built with; the
+time-based models' definitions are in `time_based_definitions` (`TIME_BASED_SHAPING`). A run whose
 settings define the model differently would write rows of the new definition next to rows of the
 old one, so it stops instead, naming the setting, both values and the command that rebuilds the
 model. Settings that only change how much one run does (run limits, look-back windows, Spark
@@ -10,9 +11,10 @@ options, thresholds) are not part of a definition and never stop a run.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 # Settings every session model depends on, whatever the mode.
@@ -29,10 +31,23 @@ SHAPING = (
 SHAPING_IN_MODE = {"gap": ("session_gap_minutes",), "id": ()}
 
 
+# The time-based models and the settings that shape their rows. `attributes` is not listed: it is
+# dropped and recomputed in full whenever it is materialized, so it never mixes two definitions.
+# `start_date` is not either: it bounds which load days are processed, and a processed day
+# before a later start_date is not rewritten by any run (see docs/time_based.md).
+TIME_BASED_SHAPING: dict[str, tuple[str, ...]] = {
+    "filtered_events": ("app_ids", "event_names", "dedupe_lookback_days"),
+    "daily_aggregates": ("user_identifier", "attributes"),
+}
+
+
 def _plain(value: Any) -> Any:
-    """A settings value as JSON keeps it (tuples as lists, dates as ISO strings)."""
+    """A settings value as JSON keeps it (tuples as lists, dates as ISO strings, an attribute
+    definition as a mapping)."""
     if isinstance(value, dt.date):
         return value.isoformat()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, tuple | list):
         return [_plain(v) for v in value]
     return value
@@ -42,6 +57,29 @@ def definition(settings: Any) -> dict[str, Any]:
     """The values of the settings that shape a session model under `settings`."""
     keys = SHAPING + SHAPING_IN_MODE.get(settings.session_mode, ())
     return {k: _plain(getattr(settings, k)) for k in keys}
+
+
+def time_based_definition(model: str, settings: Any) -> dict[str, Any]:
+    """The values of the settings that shape a time-based model under `settings`."""
+    return {k: _plain(getattr(settings, k)) for k in TIME_BASED_SHAPING[model]}
+
+
+def time_based_verdict(
+    recorded: Mapping[str, str], settings: Any, models: Sequence[str] | None = None
+) -> tuple[str | None, list[str]]:
+    """(the refusal for the first model whose recorded definition differs from `settings`', the
+    models with no recorded definition yet: to record as they are). `models`: those to look at
+    (default: every time-based model)."""
+    missing: list[str] = []
+    for model in models if models is not None else TIME_BASED_SHAPING:
+        current = time_based_definition(model, settings)
+        if model not in recorded:
+            missing.append(model)
+            continue
+        changes = changed_settings(recorded[model], current)
+        if changes:
+            return refusal(model, changes), missing
+    return None, missing
 
 
 def encode(values: Mapping[str, Any]) -> str:
@@ -66,7 +104,13 @@ def changed_settings(
 
 def _shown(value: Any) -> str:
     if isinstance(value, list):
-        return "[" + ", ".join(str(v) for v in value) + "]"
+        return "[" + ", ".join(_shown(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return (
+            "{"
+            + ", ".join(f"{k}: {_shown(v)}" for k, v in value.items() if v not in ((), [], None))
+            + "}"
+        )
     return "unset" if value is None else str(value)
 
 

@@ -28,6 +28,7 @@ INCREMENTAL_MANIFEST = "incremental_manifest"
 PROCESSING_MANIFEST = "processing_manifest"
 CURSOR_STATE = "cursor_state"
 FORGET_LOG = "forget_log"
+TIME_BASED_DEFINITIONS = "time_based_definitions"
 
 
 class WarehouseResource(ConfigurableResource):

@@ -31,6 +31,7 @@ from sessionize_assets.core.planning import finish_due, ready_event_days
 from sessionize_assets.jobs import REQUESTED_BY_TAG, TIME_BASED_LANE
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.settings import Settings
+from sessionize_assets.time_based import definitions
 from sessionize_assets.time_based.state import read_state
 from sessionize_assets.time_based.tables import TimeBasedTables
 
@@ -80,6 +81,9 @@ def build_sensors(settings: Settings) -> list[SensorDefinition]:
     def late_days_sensor(context: SensorEvaluationContext, lake: LakeResource):
         cursor = json.loads(context.cursor) if context.cursor else {}
         state = read_state(TimeBasedTables.at(lake.table))
+        refused = definitions.refusal(TimeBasedTables.at(lake.table).definitions, lake.settings)
+        if refused:
+            return SensorResult(skip_reason=SkipReason(refused), cursor=context.cursor)
         now = lake.current_time()
         to_request, requested, waiting = plan_late_day_requests(
             state.outstanding(), cursor.get("requested", {}), now.date()

@@ -20,6 +20,7 @@ from sessionize_assets.jobs import LOAD_DAY_JOB, TIME_BASED_LANE
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.manifest_lock import blocked_items
 from sessionize_assets.settings import Settings
+from sessionize_assets.time_based import definitions
 from sessionize_assets.time_based.state import read_state
 from sessionize_assets.time_based.tables import TimeBasedTables
 
@@ -69,6 +70,9 @@ def build_sensors(settings: Settings) -> list[SensorDefinition]:
         cursor = (
             json.loads(context.cursor) if context.cursor else {"version": None, "requested": {}}
         )
+        refused = definitions.refusal(TimeBasedTables.at(lake.table).definitions, lake.settings)
+        if refused:
+            return SensorResult(skip_reason=SkipReason(refused), cursor=context.cursor)
         state = read_state(TimeBasedTables.at(lake.table))
         if state.events_version is None:
             return SensorResult(

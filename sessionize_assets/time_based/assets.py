@@ -26,6 +26,7 @@ from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.manifest_lock import partition_locks
 from sessionize_assets.resources.spark import SparkDeltaResource
 from sessionize_assets.settings import Settings
+from sessionize_assets.time_based import definitions
 from sessionize_assets.time_based.steps import (
     StepResult,
     attributes_step,
@@ -44,6 +45,26 @@ class DailyAggregatesConfig(Config):
     for runs of a Dagster backfill of daily_aggregates itself."""
 
     all_loaded_rows: bool | None = None
+
+
+def defined(
+    context: AssetExecutionContext,
+    tables: TimeBasedTables,
+    settings: Settings,
+    model: str,
+    materialize: Callable[[], MaterializeResult],
+) -> MaterializeResult:
+    """Materialize a time-based model unless its settings changed since it was built: then the
+    run fails with one sentence before it takes any lock or writes anything. The definition is
+    recorded after a first build. The runs of a `sessionize refresh` neither refuse nor record:
+    the command records the new definitions once every load day is rebuilt, so an interrupted
+    refresh still refuses runs."""
+    if definitions.refreshing(context.run.tags):
+        return materialize()
+    missing = definitions.refuse_changed(tables.definitions, settings, [model])
+    result = materialize()
+    definitions.record(tables.definitions, settings, missing)
+    return result
 
 
 def guarded(
@@ -104,17 +125,19 @@ def build_assets(settings: Settings) -> list[AssetsDefinition]:
     def filtered_events(
         context: AssetExecutionContext, lake: LakeResource, spark: SparkDeltaResource
     ) -> MaterializeResult:
-        days = _keys_as_days(context)
-        return guarded(
+        days, tables = _keys_as_days(context), TimeBasedTables.at(lake.table)
+        return defined(
             context,
+            tables,
+            lake.settings,
             "filtered_events",
-            context.partition_keys,
-            lambda: filtered_events_step(
-                spark.get_session(),
-                TimeBasedTables.at(lake.table),
-                lake.settings,
-                days,
-                lake.current_time(),
+            lambda: guarded(
+                context,
+                "filtered_events",
+                context.partition_keys,
+                lambda: filtered_events_step(
+                    spark.get_session(), tables, lake.settings, days, lake.current_time()
+                ),
             ),
         )
 
@@ -166,12 +189,19 @@ def build_assets(settings: Settings) -> list[AssetsDefinition]:
     ) -> MaterializeResult:
         days = _keys_as_days(context)
         keyhole = is_keyhole_run(context.run.tags, config.all_loaded_rows)
-        return guarded(
+        tables = TimeBasedTables.at(lake.table)
+        return defined(
             context,
+            tables,
+            lake.settings,
             "daily_aggregates",
-            context.partition_keys,
-            lambda: daily_aggregates_step(
-                spark.get_session(), TimeBasedTables.at(lake.table), lake.settings, days, keyhole
+            lambda: guarded(
+                context,
+                "daily_aggregates",
+                context.partition_keys,
+                lambda: daily_aggregates_step(
+                    spark.get_session(), tables, lake.settings, days, keyhole
+                ),
             ),
         )
 

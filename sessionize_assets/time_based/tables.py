@@ -37,6 +37,7 @@ class TimeBasedTables:
     horizons: str
     manifest: str
     attributes: str
+    definitions: str
 
     @classmethod
     def at(cls, table: Callable[[str], str]) -> TimeBasedTables:
@@ -50,6 +51,7 @@ class TimeBasedTables:
             horizons=table(names.DAILY_AGGREGATE_HORIZONS),
             manifest=table(names.DAILY_AGGREGATION_MANIFEST),
             attributes=table(names.ATTRIBUTES),
+            definitions=table(names.TIME_BASED_DEFINITIONS),
         )
 
 

@@ -4,18 +4,26 @@ rebuilds the session models under the new settings through Dagster, and runs go 
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 
 import pytest
-from dagster import DagsterInstance
+from dagster import DagsterInstance, build_sensor_context
+from deltalake import DeltaTable
 
 from sessionize_assets.cli import main
 from sessionize_assets.commands.refresh import refresh_refusal
 from sessionize_assets.commands.sessions import run_sessions, verify_sessions
+from sessionize_assets.commands.time_based import _Runner
 from sessionize_assets.errors import SettingsError
 from sessionize_assets.home import Home
+from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import SparkDeltaResource
+from sessionize_assets.resources.tables import FILTERED_EVENTS
+from sessionize_assets.sensors.late_days import build_sensors as late_days_sensors
+from sessionize_assets.sensors.new_loads import build_sensors as new_loads_sensors
 from sessionize_assets.sessions.state import read_manifest
 from sessionize_assets_tests.commands.test_sessions import DAY0, day_rows, lake
+from sessionize_assets_tests.conftest import TWO_DAYS_START, cli_now
 from sessionize_assets_tests.sessions.support import make_settings, write_load_day
 
 
@@ -24,7 +32,7 @@ def test_refresh_refusals_name_what_to_do():
     assert refresh_refusal(["sessions"], enabled, yes=True, allowed=False) is None
     assert refresh_refusal([], enabled, yes=False, allowed=True) is None
     assert "confirm it with --yes" in refresh_refusal([], enabled, yes=False, allowed=False)
-    assert "time-based branch" in refresh_refusal(["daily_aggregates"], enabled, True, False)
+    assert refresh_refusal(["daily_aggregates"], enabled, True, False) is None
     assert "is not enabled" in refresh_refusal(["user_session_stats"], enabled, True, False)
     assert "is not a model" in refresh_refusal(["session"], enabled, True, False)
 
@@ -63,3 +71,55 @@ def test_a_settings_change_stops_the_run_until_a_confirmed_refresh(spark, home, 
     report = verify_sessions(lake(home, changed, now), spark)
     assert report.ok, "\n".join(report.lines())
     assert report.compared["sessions"] == 8  # 2 users x 4 days, recomputed in gap mode
+
+
+def test_a_changed_filter_stops_the_time_based_branch_until_a_confirmed_refresh(
+    spark, two_days, tmp_path, capsys
+):
+    home = tmp_path / "home"
+    shutil.copytree(two_days[0], home)
+    cli = ["--home", str(home), *cli_now(3)]
+    filtered = Home(home).table(FILTERED_EVENTS)
+    names_before = {
+        r[0]
+        for r in spark.read.format("delta").load(filtered).select("event_name").distinct().collect()
+    }
+    assert len(names_before) > 1
+    (home / "sessionize.yaml").write_text(
+        f"start_date: {TWO_DAYS_START}\nevent_names: [page_view]\n"
+    )
+
+    capsys.readouterr()
+    assert main([*cli, "run"]) == 2
+    err = capsys.readouterr().err
+    assert "The setting event_names changed from [] to [page_view] since filtered_events" in err
+    assert "`sessionize refresh filtered_events --yes`" in err
+    assert main([*cli, "backfill", "--start", "2024-03-01", "--end", "2024-03-01"]) == 2
+    # A run the sensors or the UI launch fails with the same sentence, before writing anything.
+    resource = LakeResource(
+        home=str(home), config_file=str(home / "sessionize.yaml"), now="2024-03-03T00:30:00"
+    )
+    version = DeltaTable(filtered).version()
+    with pytest.raises(Exception, match="event_names changed from"):
+        _Runner(resource, DagsterInstance.ephemeral()).run(
+            ("filtered_events",), dt.date(2024, 3, 2), dt.date(2024, 3, 2)
+        )
+    assert DeltaTable(filtered).version() == version
+    # The time-based sensors skip with it instead of launching runs that would fail.
+    for build in (new_loads_sensors, late_days_sensors):
+        sensor = build(resource.settings)[0]
+        with build_sensor_context(
+            instance=DagsterInstance.ephemeral(), resources={"lake": resource}
+        ) as context:
+            result = sensor(context)
+        assert "event_names changed from [] to [page_view]" in str(result.skip_reason), build
+    assert main([*cli, "refresh", "filtered_events"]) == 2
+    assert "rebuilds every load day of the time-based branch" in capsys.readouterr().err
+
+    assert main([*cli, "refresh", "filtered_events", "--yes"]) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert "re-materialized for 2024-03-01..2024-03-02" in out, out
+    names = spark.read.format("delta").load(filtered).select("event_name").distinct().collect()
+    assert [r[0] for r in names] == ["page_view"]
+    assert main([*cli, "verify"]) == 0, capsys.readouterr()
+    assert main([*cli, "run"]) == 0, capsys.readouterr()

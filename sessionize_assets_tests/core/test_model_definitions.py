@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from sessionize_assets.core import model_definitions
 from sessionize_assets.core.model_definitions import (
     changed_settings,
     definition,
@@ -45,3 +46,49 @@ def test_a_new_mode_is_named_alone():
     )
     assert ids == [("user_identifier", ["domain_userid"], ["user_id", "domain_userid"])]
     assert "from [domain_userid] to [user_id, domain_userid]" in refusal("users", ids)
+
+
+def test_time_based_models_refuse_a_changed_filter_and_adopt_what_was_never_recorded():
+    settings = Settings()
+    recorded = {
+        m: model_definitions.encode(model_definitions.time_based_definition(m, settings))
+        for m in model_definitions.TIME_BASED_SHAPING
+    }
+    limits = settings.replace(backfill_limit_days=3, min_rows_to_process=5, start_date="2024-01-01")
+    assert model_definitions.time_based_verdict(recorded, limits) == (None, [])
+    narrowed = settings.replace(event_names=["page_view"])
+    refused, _ = model_definitions.time_based_verdict(recorded, narrowed)
+    assert refused is not None and refused.startswith(
+        "The setting event_names changed from [] to [page_view] since filtered_events was built"
+    )
+    assert "`sessionize refresh filtered_events --yes`" in refused
+    # Only the models asked about are looked at; one never recorded is returned to record.
+    assert model_definitions.time_based_verdict(recorded, narrowed, ["daily_aggregates"]) == (
+        None,
+        [],
+    )
+    assert model_definitions.time_based_verdict({}, narrowed) == (
+        None,
+        ["filtered_events", "daily_aggregates"],
+    )
+
+
+def test_an_attribute_definition_change_is_named_for_daily_aggregates():
+    counted = Settings().replace(
+        attributes=[{"name": "clicks", "aggregation": "count", "event_names": ["link_click"]}]
+    )
+    recorded = {
+        "daily_aggregates": model_definitions.encode(
+            model_definitions.time_based_definition("daily_aggregates", counted)
+        )
+    }
+    summed = Settings().replace(
+        attributes=[{"name": "clicks", "aggregation": "count", "event_names": ["page_view"]}]
+    )
+    refused, _ = model_definitions.time_based_verdict(recorded, summed, ["daily_aggregates"])
+    assert (
+        refused is not None
+        and "The setting attributes changed from [{aggregation: count, event_names: [link_click]"
+        in refused
+    )
+    assert "event_names: [link_click]" in refused and "event_names: [page_view]" in refused
