@@ -171,3 +171,18 @@ def test_maintain_compacts_and_vacuums_but_keeps_what_the_change_feed_still_read
     _load(home, two_days[1], 3)
     assert main(["--home", str(home), *_now(4), "run"]) == 0
     assert main(["--home", str(home), *_now(4), "verify"]) == 0
+
+
+def test_a_spark_option_the_engine_refuses_at_start_up_is_one_sentence_naming_it(tmp_path):
+    """No static rule knows spark.memory.fraction's range: Spark's own refusal at start-up is
+    turned into the sentence (status 2), naming the key."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "sessionize.yaml").write_text("spark:\n  spark.memory.fraction: 5\n")
+    done = _console(home, "verify")
+    assert done.returncode == 2, done.stderr
+    assert _last_line(done.stderr) == (
+        "error: Spark refused the setting `spark.spark.memory.fraction`: spark.memory.fraction "
+        "should be between 0 and 1 (was '5.0'). (fix or remove it in the `spark` settings)."
+    )
+    assert "Traceback" not in done.stderr

@@ -16,6 +16,7 @@ from dagster_pyspark import PySparkResource
 from pydantic import Field
 from pyspark.sql import SparkSession
 
+from sessionize_assets.errors import SettingsError
 from sessionize_assets.resources.spark_conf import DEFAULT_SPARK_CONF, spark_conf
 
 REMOTE_SETTING = "spark.remote"
@@ -87,9 +88,35 @@ def get_spark(overrides: Mapping[str, str] | None = None) -> SparkSession:
     builder = SparkSession.builder
     for key, value in spark_conf(overrides).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    try:
+        spark = builder.getOrCreate()
+    except Exception as exc:  # the JVM refused a setting, or did not start
+        refused = refused_setting(str(exc), overrides or {})
+        if refused is None:
+            raise
+        raise SettingsError(refused) from exc
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def refused_setting(error: str, overrides: Mapping[str, str]) -> str | None:
+    """The sentence for a Spark start-up failure caused by one of the user's `spark` settings (the
+    first key the engine's error names), or None when the error names none of them."""
+    for key in sorted(overrides, key=len, reverse=True):
+        if key in error:
+            reason = next(
+                (line.strip() for line in error.splitlines() if key in line), ""
+            ).removeprefix(": ")
+            for prefix in (
+                "java.lang.IllegalArgumentException: ",
+                "org.apache.spark.SparkException: ",
+            ):
+                reason = reason.removeprefix(prefix)
+            return (
+                f"Spark refused the setting `spark.{key}`: {reason[:200]} (fix or remove it in the "
+                "`spark` settings)."
+            )
+    return None
 
 
 class SparkDeltaResource(PySparkResource):

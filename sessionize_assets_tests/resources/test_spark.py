@@ -69,3 +69,21 @@ def test_cli_reports_missing_jars_without_traceback(tmp_path):
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "scripts/dev.sh setup" in result.stderr
+
+
+def test_a_start_up_error_names_the_users_setting_it_comes_from():
+    from sessionize_assets.resources.spark import refused_setting
+
+    error = (
+        "An error occurred while calling None.org.apache.spark.api.java.JavaSparkContext.\n"
+        ": java.lang.IllegalArgumentException: spark.memory.fraction should be between 0 and 1"
+    )
+    sentence = refused_setting(
+        error, {"spark.memory.fraction": "5", "spark.sql.shuffle.partitions": "8"}
+    )
+    assert sentence == (
+        "Spark refused the setting `spark.spark.memory.fraction`: spark.memory.fraction should be "
+        "between 0 and 1 (fix or remove it in the `spark` settings)."
+    )
+    assert refused_setting("JAVA_GATEWAY_EXITED", {"spark.memory.fraction": "5"}) is None
+    assert refused_setting(error, {}) is None
