@@ -33,7 +33,7 @@ from sessionize_assets.core import forget as core
 from sessionize_assets.core.clock import utc_now
 from sessionize_assets.core.outcomes import BranchOutcome, BranchStatus, ExitStatus, exit_status
 from sessionize_assets.core.schema import LOAD_DATE
-from sessionize_assets.errors import UserError
+from sessionize_assets.errors import SettingsError, UserError
 from sessionize_assets.resources.delta import exists, table_ref, upsert_small
 from sessionize_assets.resources.tables import (
     ATTRIBUTES,
@@ -46,9 +46,12 @@ from sessionize_assets.resources.tables import (
     SESSIONS,
     SESSIONS_LIFECYCLE_MANIFEST,
     SUPERSEDED_SESSIONS,
+    TIME_BASED_DEFINITIONS,
     USERS,
 )
+from sessionize_assets.sessions.state import read_manifest, settings_refusal
 from sessionize_assets.sessions.tables import USER_SESSION_STATS
+from sessionize_assets.time_based import definitions
 
 USER_COLUMN = "user_identifier"
 # Recomputed from events by the pipeline: a row of a forgotten user left in one after the redo is
@@ -151,6 +154,12 @@ def forget(ctx: CommandContext, users: Sequence[str], reason: str | None) -> For
     by_raw = core.raw_condition("raw", users)
     by_user = core.identifier_condition([USER_COLUMN], users)
     report = ForgetReport(users=len(users), request_id=uuid.uuid4().hex)
+    # Settings that changed since the models were built would make the recompute fail after the
+    # deletion: refuse before deleting anything.
+    definitions.refuse_changed(table(TIME_BASED_DEFINITIONS), settings)
+    refused = settings_refusal(settings, read_manifest(table))
+    if refused:
+        raise SettingsError(refused)
 
     in_events = _count_by_load_day(spark, table(EVENTS), by_identifier)
     in_filtered = _count_by_load_day(spark, table(FILTERED_EVENTS), by_identifier)

@@ -78,6 +78,15 @@ def test_forget_removes_a_user_everywhere_and_a_late_event_comes_back_alone(
     assert main([*cli, "forget"]) == 2
     assert "at least one user id" in capsys.readouterr().err
 
+    # Settings changed since the models were built: refused before anything is deleted.
+    settings_file = home / "sessionize.yaml"
+    kept = settings_file.read_text()
+    settings_file.write_text(kept + "dedupe_lookback_days: 5\n")
+    assert main([*cli, "forget", user, "--yes"]) == 2
+    assert "dedupe_lookback_days changed from 3 to 5" in capsys.readouterr().err
+    assert _rows_naming(home, user) == before
+    settings_file.write_text(kept)
+
     assert main([*cli, "forget", user, "--yes", "--reason", "ticket 42"]) == 0, capsys.readouterr()
     out = capsys.readouterr().out
     assert f"events: {rows} rows deleted" in out, out
