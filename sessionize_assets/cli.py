@@ -495,14 +495,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "refresh",
-        help="rebuild the session models in full from filtered_events (after a settings change)",
+        help="rebuild models under the current settings (after a settings change)",
     )
     p.add_argument(
         "models",
         nargs="*",
         metavar="MODEL",
         help="sessions, users or user_session_stats: any of them rebuilds every enabled session "
-        "model (default: all)",
+        "model (the default); filtered_events, days_to_process, daily_aggregates or attributes: "
+        "any of them re-materializes every load day of the time-based branch",
     )
     p.add_argument(
         "--yes", action="store_true", help="confirm (not needed with allow_refresh: true)"

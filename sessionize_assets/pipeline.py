@@ -132,15 +132,13 @@ def backfill_pipeline(
     start: dt.date,
     end: dt.date,
     restart: bool = False,
-    refresh: bool = False,
 ) -> PipelineReport:
     """Re-materialize load days start..end and everything downstream of them (both branches).
 
     The load days run as cursor windows checkpointed in `cursor_state` under
     `backfill/<start>/<end>`: if this backfill was interrupted, it resumes at its first unfinished
     window (unless `restart`). Once both branches are done the checkpoint is cleared, so asking for
-    the same backfill again redoes it. `refresh`: the time-based runs rebuild under changed
-    settings (`sessionize refresh` of a time-based model).
+    the same backfill again redoes it.
     """
     from sessionize_assets.commands.sessions import run_sessions
     from sessionize_assets.commands.time_based import backfill_time_based
@@ -169,7 +167,6 @@ def backfill_pipeline(
                 checkpoint=lambda cursor, run_id: store.save(
                     name, CursorState(global_cursor=cursor), run_id
                 ),
-                refresh=refresh,
             ),
             log_file,
         )

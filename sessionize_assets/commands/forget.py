@@ -8,7 +8,9 @@ recompute what their deletion changes (the imperative shell around `core.forget`
    crashed one left), then what those reach: `daily_aggregates` of the event days counted,
    `attributes`; the session models then take the deletions from `filtered_events`' change feed.
 3. Delete what is left of them in the tables that are not recomputed from events (the lifecycle
-   memory of id mode, `quarantined_sessions`, `superseded_sessions`), then count every table again:
+   memory of id mode, `quarantined_sessions`, `superseded_sessions`), and anything the recompute
+   left (rows of load days before a start_date moved later; reported as "removed after the
+   redo"), then count every table again:
    a row left anywhere fails the command (status 4) and nothing is recorded.
 4. Record the request in `forget_log`: when, by whom, why, how many ids and rows per table, the
    load days redone; never the ids.
@@ -201,10 +203,15 @@ def forget(ctx: CommandContext, users: Sequence[str], reason: str | None) -> For
     if report.exit_status != ExitStatus.OK:
         return report
 
-    for name in (*RECOMPUTED, *SWEPT):
-        left = _count(spark, table(name), by_user)
+    # filtered_events rows left after the redo are in load days no run processes any more (before
+    # a start_date moved later): removed directly, like what was recomputed from them.
+    for name, condition in (
+        (FILTERED_EVENTS, by_identifier),
+        *((n, by_user) for n in (*RECOMPUTED, *SWEPT)),
+    ):
+        left = _count(spark, table(name), condition)
         if left:
-            _delete(spark, table(name), by_user)
+            _delete(spark, table(name), condition)
             if name in SWEPT:
                 report.deleted[name] = left
             else:

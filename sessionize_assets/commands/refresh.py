@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sessionize_assets.commands.context import CommandContext
-from sessionize_assets.errors import ItemLockedError, UserError
+from sessionize_assets.errors import ItemLockedError, SettingsError, UserError
 from sessionize_assets.resources.tables import DAILY_AGGREGATES, FILTERED_EVENTS
-from sessionize_assets.sessions.state import enabled_models
+from sessionize_assets.sessions.state import enabled_models, read_manifest, settings_refusal
 from sessionize_assets.settings import KNOWN_SESSION_MODELS
 
 TIME_BASED = (FILTERED_EVENTS, "days_to_process", DAILY_AGGREGATES, "attributes")
@@ -102,6 +102,15 @@ def refresh_time_based(ctx: CommandContext, rebuild_sessions: bool) -> list[str]
 
     lake = ctx.lake_at(None)
     tables = TimeBasedTables.at(lake.table)
+    if not rebuild_sessions:
+        # A setting that shapes both branches (user_identifier) would stop the session run after
+        # the whole rebuild: say so before it.
+        refused = settings_refusal(ctx.settings, read_manifest(lake.table))
+        if refused:
+            raise SettingsError(
+                f"{refused} The session models need it too: name both, e.g. "
+                "`sessionize refresh daily_aggregates sessions --yes`."
+            )
     state = read_state(tables)
     known = [
         d for d in {*state.events_fingerprints, *state.accounting} if d >= ctx.settings.start_date
@@ -118,6 +127,10 @@ def refresh_time_based(ctx: CommandContext, rebuild_sessions: bool) -> list[str]
             else:
                 sessions = run_sessions(lake, spark_resource(ctx), ctx.instance)
                 lines += sessions.lines()
+                if not sessions.ok and getattr(sessions, "blocked", False):
+                    raise ItemLockedError(
+                        getattr(sessions, "failure_reason", None) or "the session models are locked"
+                    )
                 if not sessions.ok:
                     raise RefreshFailed(
                         getattr(sessions, "failure_reason", None) or "the session branch failed"

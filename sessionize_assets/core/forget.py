@@ -4,8 +4,9 @@ A request names user ids (arguments, or a file of one id per line). A row of `ev
 `filtered_events` is the user's when any of the `user_identifier` columns holds one of the ids (so
 a row keyed by `user_id` that also carries the forgotten `domain_userid` goes too); a row of a
 derived table when its `user_identifier` is one of them; a row of `invalid_events` when its raw
-text holds an id as a whole field (between separators, not inside a longer id). The request's
-record keeps counts, never the ids.
+text holds an id as a whole field (between CSV/JSON separators: not inside a longer id or a URL;
+an id holding a double quote or a backslash is not found in JSON text, which escapes them). The
+request's record keeps counts, never the ids.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-# Characters an id is made of, for the whole-field match in raw text: a match must not be preceded
-# or followed by one of them (`abc` is not found inside `abc-1` or `xabc`).
-ID_CHARACTERS = "A-Za-z0-9_.@+-"
+# What may surround a whole field in raw text: the start or end of the text, or a separator of
+# CSV and JSON text (comma, semicolon, pipe, tab, space, double quote). `abc` is not found inside
+# `abc-1`, `xabc` or a URL path `/abc/`.
+SEPARATORS = ',;|\t "'
 
 
 class ForgetRequestError(ValueError):
@@ -64,7 +66,7 @@ def _java_escaped(user: str) -> str:
 def raw_pattern(users: Sequence[str]) -> str:
     """A regular expression (Java's `RLIKE`, Python's `re`) finding any id as a whole field."""
     alternatives = "|".join(_java_escaped(u) for u in users)
-    return f"(^|[^{ID_CHARACTERS}])({alternatives})([^{ID_CHARACTERS}]|$)"
+    return f"(^|[{SEPARATORS}])({alternatives})([{SEPARATORS}]|$)"
 
 
 def raw_condition(column: str, users: Sequence[str]) -> str:

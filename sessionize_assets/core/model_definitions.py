@@ -59,9 +59,38 @@ def definition(settings: Any) -> dict[str, Any]:
     return {k: _plain(getattr(settings, k)) for k in keys}
 
 
+# What of an attribute definition shapes `daily_aggregates`' partial (its `period` is applied by
+# `attributes` only, which is recomputed in full each time).
+PARTIAL_FIELDS = ("name", "aggregation", "property", "event_names")
+# Settings whose order means nothing: compared as sets.
+UNORDERED = ("app_ids", "event_names")
+
+
 def time_based_definition(model: str, settings: Any) -> dict[str, Any]:
-    """The values of the settings that shape a time-based model under `settings`."""
-    return {k: _plain(getattr(settings, k)) for k in TIME_BASED_SHAPING[model]}
+    """The values of the settings that shape a time-based model under `settings` (filters as
+    sorted lists, attributes by name without their period: reordering a list or changing a period
+    changes no row of the model)."""
+    values: dict[str, Any] = {}
+    for key in TIME_BASED_SHAPING[model]:
+        value = getattr(settings, key)
+        if key in UNORDERED:
+            values[key] = sorted(_plain(value))
+        elif key == "attributes":
+            values[key] = sorted(
+                (
+                    {
+                        f: sorted(_plain(getattr(a, f)))
+                        if f == "event_names"
+                        else _plain(getattr(a, f))
+                        for f in PARTIAL_FIELDS
+                    }
+                    for a in value
+                ),
+                key=lambda a: a["name"],
+            )
+        else:
+            values[key] = _plain(value)
+    return values
 
 
 def time_based_verdict(

@@ -102,11 +102,17 @@ def get_spark(overrides: Mapping[str, str] | None = None) -> SparkSession:
 def refused_setting(error: str, overrides: Mapping[str, str]) -> str | None:
     """The sentence for a Spark start-up failure caused by one of the user's `spark` settings (the
     first key the engine's error names), or None when the error names none of them."""
+    verdicts = ("should", "must", "invalid", "not allowed", "cannot be", "requires")
     for key in sorted(overrides, key=len, reverse=True):
-        if key in error:
-            reason = next(
-                (line.strip() for line in error.splitlines() if key in line), ""
-            ).removeprefix(": ")
+        # The line naming the key must say it is wrong (a bind failure's hint to check
+        # spark.driver.bindAddress does not blame a correct setting).
+        lines = [
+            line.strip()
+            for line in error.splitlines()
+            if key in line and any(v in line.lower() for v in verdicts)
+        ]
+        if lines:
+            reason = lines[0].removeprefix(": ")
             for prefix in (
                 "java.lang.IllegalArgumentException: ",
                 "org.apache.spark.SparkException: ",

@@ -123,3 +123,13 @@ def test_a_changed_filter_stops_the_time_based_branch_until_a_confirmed_refresh(
     assert [r[0] for r in names] == ["page_view"]
     assert main([*cli, "verify"]) == 0, capsys.readouterr()
     assert main([*cli, "run"]) == 0, capsys.readouterr()
+
+    # A setting that shapes both branches: refused before any rebuild unless both are named.
+    (home / "sessionize.yaml").write_text(
+        f"start_date: {TWO_DAYS_START}\nevent_names: [page_view]\n"
+        "user_identifier: [user_id, domain_userid]\n"
+    )
+    capsys.readouterr()
+    assert main([*cli, "refresh", "daily_aggregates", "--yes"]) == 2
+    err = capsys.readouterr().err
+    assert "user_identifier changed" in err and "name both" in err, err

@@ -82,13 +82,27 @@ def test_an_attribute_definition_change_is_named_for_daily_aggregates():
             model_definitions.time_based_definition("daily_aggregates", counted)
         )
     }
-    summed = Settings().replace(
+    recounted = Settings().replace(
         attributes=[{"name": "clicks", "aggregation": "count", "event_names": ["page_view"]}]
     )
-    refused, _ = model_definitions.time_based_verdict(recorded, summed, ["daily_aggregates"])
+    refused, _ = model_definitions.time_based_verdict(recorded, recounted, ["daily_aggregates"])
     assert (
         refused is not None
         and "The setting attributes changed from [{aggregation: count, event_names: [link_click]"
         in refused
     )
     assert "event_names: [link_click]" in refused and "event_names: [page_view]" in refused
+
+
+def test_reordered_filters_and_a_changed_period_are_not_a_new_definition():
+    attribute = {"name": "clicks", "aggregation": "count", "event_names": ["b", "a"]}
+    before = Settings().replace(event_names=["page_view", "link_click"], attributes=[attribute])
+    recorded = {
+        m: model_definitions.encode(model_definitions.time_based_definition(m, before))
+        for m in model_definitions.TIME_BASED_SHAPING
+    }
+    after = Settings().replace(
+        event_names=["link_click", "page_view"],
+        attributes=[{**attribute, "event_names": ["a", "b"], "period": "last_7_days"}],
+    )
+    assert model_definitions.time_based_verdict(recorded, after) == (None, [])

@@ -86,4 +86,10 @@ def test_a_start_up_error_names_the_users_setting_it_comes_from():
         "between 0 and 1 (fix or remove it in the `spark` settings)."
     )
     assert refused_setting("JAVA_GATEWAY_EXITED", {"spark.memory.fraction": "5"}) is None
+    bind = (
+        "java.net.BindException: Cannot assign requested address: Service 'sparkDriver' failed "
+        "after 16 retries! Consider explicitly setting the appropriate binding address for the "
+        "service 'sparkDriver' (for example spark.driver.bindAddress for SparkDriver)"
+    )
+    assert refused_setting(bind, {"spark.driver.bindAddress": "127.0.0.1"}) is None
     assert refused_setting(error, {}) is None
