@@ -156,6 +156,43 @@ def daily_aggregates(
     return out
 
 
+def attributes(
+    daily: Iterable[Mapping[str, Any]], as_of: dt.date, windows: Sequence[int]
+) -> list[Row]:
+    """One row per non-null user over the daily rows of event days <= `as_of`: lifetime totals,
+    active days, first/last event time, merged event counts, and for each N in `windows` the
+    totals and active days of the N event days ending at `as_of` (built-in columns only)."""
+    per_user: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for r in daily:
+        if r["user_identifier"] is not None and r["event_date"] <= as_of:
+            per_user[r["user_identifier"]].append(r)
+    out = []
+    for user, days in per_user.items():
+        counts: dict[str, int] = defaultdict(int)
+        for d in days:
+            for name, rows in d["event_counts"].items():
+                counts[name] += rows
+        firsts = [d["first_event_tstamp"] for d in days if d["first_event_tstamp"] is not None]
+        lasts = [d["last_event_tstamp"] for d in days if d["last_event_tstamp"] is not None]
+        row: Row = {
+            "user_identifier": user,
+            "total_events": sum(d["total_events"] for d in days),
+            "page_views": sum(d["page_views"] for d in days),
+            "active_days": len({d["event_date"] for d in days}),
+            "first_event_tstamp": min(firsts) if firsts else None,
+            "last_event_tstamp": max(lasts) if lasts else None,
+            "event_counts": dict(counts),
+        }
+        for n in windows:
+            recent = [d for d in days if d["event_date"] > as_of - dt.timedelta(days=n)]
+            row[f"total_events_last_{n}_days"] = sum(d["total_events"] for d in recent)
+            row[f"page_views_last_{n}_days"] = sum(d["page_views"] for d in recent)
+            row[f"active_days_last_{n}_days"] = len({d["event_date"] for d in recent})
+        row["as_of"] = as_of
+        out.append(row)
+    return out
+
+
 # --- sessions (SPEC section 6) -------------------------------------------------------------------
 
 

@@ -256,8 +256,14 @@ def test_accounting_invariant_and_full_recompute_after_random_histories(
         if strict
         else {"min_rows_to_process": 2, "reprocess_days": 1}
     )
+    # Windows of 2 and 5 days end inside the histories' event days (2024-03-01..07, as of 03-08),
+    # so the reference's attributes check their bounds.
     lake = make_lake(
-        tmp_path_factory.mktemp("history") / "home", now=NOW, backfill_limit_days=10, **limits
+        tmp_path_factory.mktemp("history") / "home",
+        now=NOW,
+        backfill_limit_days=10,
+        attribute_windows_days=[2, 5],
+        **limits,
     )
     instance = DagsterInstance.ephemeral()
     raw = land(spark, lake, batches[0])
@@ -323,11 +329,19 @@ def reference_differences(lake, raw: list[dict], manifest: dict, strict: bool) -
         key=["load_date", "event_id", "_row_hash"],
     )
     horizons = {d: r.horizon for d, r in manifest.items()}
+    daily = reference.daily_aggregates(kept, settings, None if strict else horizons)
     problems += reference.differences(
         "daily_aggregates",
         reference.delta_rows(lake.table("daily_aggregates"), agg.BASE_COLUMNS),
-        reference.daily_aggregates(kept, settings, None if strict else horizons),
+        daily,
         key=["user_identifier", "event_date"],
+    )
+    as_of = dt.date.fromisoformat(NOW[:10])
+    problems += reference.differences(
+        "attributes",
+        reference.delta_rows(lake.table("attributes")),
+        reference.attributes(daily, as_of, settings.attribute_windows_days),
+        key=["user_identifier"],
     )
     for event_day in sorted({r["event_date"] for r in kept} | set(manifest)):
         horizon = horizons.get(event_day)
