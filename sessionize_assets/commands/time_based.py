@@ -59,6 +59,25 @@ def _fmt(days: Sequence[dt.date]) -> str:
     return ", ".join(a.isoformat() if a == b else f"{a}..{b}" for a, b in ranges) or "none"
 
 
+def _downstream_lines(report: Any, always_event_days: bool) -> list[str]:
+    """What a report's load days led to: later load days redone, event days aggregated (the line
+    even when none, with `always_event_days`), event days waiting, attributes."""
+    out = []
+    if report.reached:
+        out.append(
+            f"  Later load days redone (their duplicates were reached): {_fmt(report.reached)}"
+        )
+    if report.event_days or always_event_days:
+        out.append(f"  daily_aggregates (re)computed for event days: {_fmt(report.event_days)}")
+    if report.waiting:
+        out.append(
+            f"  Event days decided but not yet partitions (clock skew): {_fmt(report.waiting)}"
+        )
+    if report.attributes:
+        out.append("  attributes and daily_aggregation_manifest recomputed.")
+    return out
+
+
 class _Runner:
     """Materializes the planner's runs (`core.planning`) on one instance, as the sensors' run
     requests would: the same assets, partitions and lane tag."""
@@ -187,18 +206,7 @@ class TimeBasedRunReport:
 
     def lines(self) -> list[str]:
         out = ["Time-based branch:", *("  " + line for line in self.plan.lines())]
-        if self.reached:
-            out.append(
-                f"  Later load days redone (their duplicates were reached): {_fmt(self.reached)}"
-            )
-        if self.event_days:
-            out.append(f"  daily_aggregates (re)computed for event days: {_fmt(self.event_days)}")
-        if self.waiting:
-            out.append(
-                f"  Event days decided but not yet partitions (clock skew): {_fmt(self.waiting)}"
-            )
-        if self.attributes:
-            out.append("  attributes and daily_aggregation_manifest recomputed.")
+        out += _downstream_lines(self, always_event_days=False)
         out.append(f"  Dagster runs: {len(self.run_ids)}")
         return out
 
@@ -265,17 +273,7 @@ class TimeBasedBackfillReport:
             out.append(
                 f"  filtered_events + days_to_process re-materialized for {_fmt(days_between(first, last))}"
             )
-        if self.reached:
-            out.append(
-                f"  Later load days redone (their duplicates were reached): {_fmt(self.reached)}"
-            )
-        out.append(f"  daily_aggregates (re)computed for event days: {_fmt(self.event_days)}")
-        if self.waiting:
-            out.append(
-                f"  Event days decided but not yet partitions (clock skew): {_fmt(self.waiting)}"
-            )
-        if self.attributes:
-            out.append("  attributes and daily_aggregation_manifest recomputed.")
+        out += _downstream_lines(self, always_event_days=True)
         out.append(
             f"  Dagster runs: {len(self.run_ids)} (at most backfill_limit_days partitions each)"
         )
@@ -353,17 +351,7 @@ class TimeBasedRedoReport:
             "Time-based branch:",
             f"  filtered_events + days_to_process re-materialized for {_fmt(self.load_days)}",
         ]
-        if self.reached:
-            out.append(
-                f"  Later load days redone (their duplicates were reached): {_fmt(self.reached)}"
-            )
-        out.append(f"  daily_aggregates (re)computed for event days: {_fmt(self.event_days)}")
-        if self.waiting:
-            out.append(
-                f"  Event days decided but not yet partitions (clock skew): {_fmt(self.waiting)}"
-            )
-        if self.attributes:
-            out.append("  attributes and daily_aggregation_manifest recomputed.")
+        out += _downstream_lines(self, always_event_days=True)
         out.append(f"  Dagster runs: {len(self.run_ids)}")
         return out
 
