@@ -97,9 +97,27 @@ def _sessions_outcome(result: Any, log_file: str) -> BranchOutcome:
     )
 
 
+def session_branch(
+    report: PipelineReport, ctx: CommandContext, lake: LakeResource, log_file: str
+) -> Any:
+    """Run the session-based branch on `lake`; its lines and outcome (or its failure) go into
+    `report`. Returns its result, None when it failed."""
+    from sessionize_assets.commands.sessions import run_sessions
+
+    sessions = _guarded_branch(
+        report,
+        "session-based branch",
+        lambda: run_sessions(lake, spark_resource(ctx), ctx.instance),
+        log_file,
+    )
+    if sessions is not None:
+        report.sections.append(("session-based branch", sessions.lines()))
+        report.outcomes.append(_sessions_outcome(sessions, log_file))
+    return sessions
+
+
 def run_pipeline(ctx: CommandContext, now: dt.datetime | None = None) -> PipelineReport:
     """Process everything pending in both branches, within the run limits (what the sensors do)."""
-    from sessionize_assets.commands.sessions import run_sessions
     from sessionize_assets.commands.time_based import run_time_based
 
     lake = _lake(ctx, now)
@@ -115,15 +133,7 @@ def run_pipeline(ctx: CommandContext, now: dt.datetime | None = None) -> Pipelin
         if time_based is not None:
             report.sections.append(("time-based branch", time_based.lines()))
             report.outcomes.append(_time_based_outcome(time_based))
-        sessions = _guarded_branch(
-            report,
-            "session-based branch",
-            lambda: run_sessions(lake, spark_resource(ctx), ctx.instance),
-            log_file,
-        )
-        if sessions is not None:
-            report.sections.append(("session-based branch", sessions.lines()))
-            report.outcomes.append(_sessions_outcome(sessions, log_file))
+        session_branch(report, ctx, lake, log_file)
     return report
 
 
@@ -140,7 +150,6 @@ def backfill_pipeline(
     window (unless `restart`). Once both branches are done the checkpoint is cleared, so asking for
     the same backfill again redoes it.
     """
-    from sessionize_assets.commands.sessions import run_sessions
     from sessionize_assets.commands.time_based import backfill_time_based
     from sessionize_assets.core.cursor import CursorState
     from sessionize_assets.core.load_windows import backfill_cursor_name
@@ -174,15 +183,7 @@ def backfill_pipeline(
             report.sections.append(("time-based branch", time_based.lines()))
             report.outcomes.append(BranchOutcome("time-based branch", BranchStatus.SUCCEEDED))
         # The re-materialized load days reach sessions and users through filtered_events' feed.
-        sessions = _guarded_branch(
-            report,
-            "session-based branch",
-            lambda: run_sessions(lake, spark_resource(ctx), ctx.instance),
-            log_file,
-        )
-        if sessions is not None:
-            report.sections.append(("session-based branch", sessions.lines()))
-            report.outcomes.append(_sessions_outcome(sessions, log_file))
+        sessions = session_branch(report, ctx, lake, log_file)
     done = time_based is not None and sessions is not None and sessions.ok
     if done and (saved is not None or time_based.load_day_runs):
         store.save(name, CursorState())  # done: the next backfill of this range starts over

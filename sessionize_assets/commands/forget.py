@@ -145,9 +145,8 @@ def _delete(spark: SparkSession, path: str, condition: str) -> None:
 
 def forget(ctx: CommandContext, users: Sequence[str], reason: str | None) -> ForgetReport:
     """Forget `users` (see the module's docstring); the caller holds the home's command lock."""
-    from sessionize_assets.commands.sessions import run_sessions
     from sessionize_assets.commands.time_based import redo_load_days_time_based
-    from sessionize_assets.pipeline import _guarded_branch, _sessions_outcome, spark_resource
+    from sessionize_assets.pipeline import PipelineReport, _guarded_branch, session_branch
     from sessionize_assets.resources.shared_reads import sharing
 
     spark, settings, table = ctx.spark, ctx.settings, ctx.table
@@ -177,7 +176,7 @@ def forget(ctx: CommandContext, users: Sequence[str], reason: str | None) -> For
     )
 
     log_file = str(ctx.home.root / "logs" / "engine.log")
-    branches = _Branches()
+    branches = PipelineReport()
     if report.load_days:
         with sharing():
             redone = _guarded_branch(
@@ -187,17 +186,9 @@ def forget(ctx: CommandContext, users: Sequence[str], reason: str | None) -> For
                 log_file,
             )
             if redone is not None:
-                report.sections.append(redone.lines())
+                branches.sections.append(("time-based branch", redone.lines()))
                 branches.outcomes.append(BranchOutcome("time-based branch", BranchStatus.SUCCEEDED))
-                sessions = _guarded_branch(
-                    branches,
-                    "session-based branch",
-                    lambda: run_sessions(lake, spark_resource(ctx), ctx.instance),
-                    log_file,
-                )
-                if sessions is not None:
-                    report.sections.append(sessions.lines())
-                    branches.outcomes.append(_sessions_outcome(sessions, log_file))
+                session_branch(branches, ctx, lake, log_file)
     report.sections += [lines for _, lines in branches.sections]
     report.outcomes = branches.outcomes
     if report.exit_status != ExitStatus.OK:
@@ -241,14 +232,6 @@ def forget(ctx: CommandContext, users: Sequence[str], reason: str | None) -> For
     record_request(table(FORGET_LOG), record)
     report.recorded = True
     return report
-
-
-@dataclass
-class _Branches:
-    """What `pipeline._guarded_branch` records a failed branch into."""
-
-    sections: list[tuple[str, list[str]]] = field(default_factory=list)
-    outcomes: list[BranchOutcome] = field(default_factory=list)
 
 
 def record_request(path: str, record: core.ForgetRecord) -> None:
