@@ -7,7 +7,8 @@ CI runs the points in `CI_POINTS` (one per kind of damage: a load cut between it
 time-based branch cut between its tables, the session branch cut between its tables and before
 its manifest, the processing manifest cut right after a lock). `SESSIONIZE_FAULT_MATRIX=all` runs
 every point in `ALL_POINTS` (for the benchmark machine). Each point prints how long the healing
-command took (`pytest -s` shows it).
+command took (`pytest -s` shows it). The last test kills a run from outside, at no fail point, while
+it holds a lock, and checks that the next run abandons that lock by itself.
 """
 
 from __future__ import annotations
@@ -25,13 +26,16 @@ from sessionize_assets.cli import main
 from sessionize_assets.faults import FAIL_AT, FAIL_REPORT
 from sessionize_assets.generator import generate
 from sessionize_assets.home import Home
-from sessionize_assets.resources.tables import EVENTS, INVALID_EVENTS, LOAD_LOG
+from sessionize_assets.resources.processing_manifest import read_records
+from sessionize_assets.resources.tables import EVENTS, INVALID_EVENTS, LOAD_LOG, SESSIONS
 from sessionize_assets_tests.conftest import preserved_environment
 from sessionize_assets_tests.test_pipeline_recovery import (
     COMPARED,
     DAYS,
     NOW,
     START,
+    _kill_while_locked,
+    _locked,
     _prepare,
     _table_rows,
     spawn_cli,
@@ -159,3 +163,35 @@ def test_killed_at_a_fail_point_then_run_again_gives_the_uninterrupted_tables(
     _assert_tables_equal(home, reference, compared)
     if command == "run":
         assert _cli(home, "verify") == 0
+
+
+def test_a_run_killed_from_outside_heals_itself_and_gives_the_uninterrupted_tables(
+    homes, tmp_path, capsys
+):
+    """Not at a fail point: SIGKILL from outside while the run holds a lock on an aggregate
+    (filtered_events and days_to_process are committed, an aggregate is not). `status` shows the
+    lock; the next run abandons it by itself (its process is gone, recorded in the manifest's
+    history), redoes the work, and gives the uninterrupted home's tables."""
+    killed = tmp_path / "killed"
+    shutil.copytree(homes["loaded"], killed)
+    manifest = Home(killed).table("processing_manifest")
+    locked = _kill_while_locked(killed, tmp_path / "killed-run.log", ("daily_aggregates/",))
+    assert locked, "the killed run left no lock"
+
+    capsys.readouterr()
+    assert _cli(killed, "status") == 0
+    status = capsys.readouterr().out
+    for item in locked:
+        assert any(item in line and "locked" in line for line in status.splitlines()), status
+    assert _cli(killed, "run") == 0
+    history = read_records(manifest)
+    for item in locked:
+        reasons = [str((r.payload or {}).get("reason", "")) for r in history if r.item_id == item]
+        assert any(r.startswith("lock abandoned automatically: its process") for r in reasons), (
+            item,
+            reasons,
+        )
+    assert not _locked(manifest)
+    _assert_tables_equal(killed, homes["reference"], COMPARED)
+    assert _table_rows(Home(homes["reference"]).table(SESSIONS))[1], "the reference has no sessions"
+    assert _cli(killed, "verify") == 0

@@ -1,6 +1,7 @@
-"""A `sessionize run` killed mid-way (SIGKILL to its process group: Python and its Spark JVM)
-leaves a lock that `status` shows; after the operator abandons and resolves it, running again
-produces tables identical to a run that was never interrupted."""
+"""Recovery of the command line's pipeline: an interrupted `sessionize backfill` resumes at its
+first unfinished window. The helpers here (a home of three load days, killing a `sessionize run`
+while it holds a lock, comparing every table with an uninterrupted home) serve the fault matrix
+(`test_fault_matrix.py`), which also holds the run killed from outside while locked."""
 
 from __future__ import annotations
 
@@ -18,10 +19,9 @@ import pytest
 from sessionize_assets.cli import main
 from sessionize_assets.core.manifest_state import ItemStatus
 from sessionize_assets.demo import DEMO_SETTINGS
-from sessionize_assets.generator import generate
 from sessionize_assets.home import Home
 from sessionize_assets.jars import jars_dir
-from sessionize_assets.resources.processing_manifest import item_states, read_records
+from sessionize_assets.resources.processing_manifest import item_states
 from sessionize_assets.resources.shared_reads import sharing
 from sessionize_assets.resources.tables import (
     ATTRIBUTES,
@@ -166,46 +166,6 @@ def _kill_while_locked(home: Path, log: Path, prefixes: tuple[str, ...]) -> list
     return sorted(_locked(manifest))
 
 
-def test_a_killed_run_heals_itself_and_gives_the_tables_of_an_uninterrupted_run(
-    spark, tmp_path, capsys
-):
-    landing = tmp_path / "landing"
-    generate(landing, start_date=START, days=DAYS, events_per_day=250, seed=7)
-    reference, killed = tmp_path / "reference", tmp_path / "killed"
-    _prepare(reference, landing)
-    _cli(reference, "run")
-    _prepare(killed, landing)
-
-    # Killed mid-way: filtered_events and days_to_process are committed, an aggregate is not.
-    locked = _kill_while_locked(killed, tmp_path / "killed-run.log", ("daily_aggregates/",))
-    assert locked, "the killed run left no lock"
-
-    capsys.readouterr()
-    _cli(killed, "status")
-    status = capsys.readouterr().out
-    for item in locked:
-        assert any(item in line and "locked" in line for line in status.splitlines()), status
-    # The next run heals what the killed one left, with no manual step: its process is gone, so
-    # its locks are abandoned automatically (recorded in the manifest's history) and redone.
-    _cli(killed, "run")
-    history = read_records(Home(killed).table("processing_manifest"))
-    for item in locked:
-        reasons = [str((r.payload or {}).get("reason", "")) for r in history if r.item_id == item]
-        assert any(r.startswith("lock abandoned automatically: its process") for r in reasons), (
-            item,
-            reasons,
-        )
-    assert not _locked(Home(killed).table("processing_manifest"))
-
-    for name in COMPARED:
-        want = _table_rows(Home(reference).table(name))
-        got = _table_rows(Home(killed).table(name))
-        assert want[0], f"the reference run wrote no {name} table"  # missing on both: not equal
-        assert got == want, f"{name} differs after the killed run was healed and re-run"
-    assert _table_rows(Home(reference).table(SESSIONS))[1], "the reference has no sessions"
-    _cli(killed, "verify")
-
-
 def test_an_interrupted_backfill_resumes_at_its_first_unfinished_window(spark, tmp_path, capsys):
     """`sessionize backfill` runs its load days as cursor windows checkpointed in cursor_state;
     when a window fails, running the same backfill again starts at that window, and once it is
@@ -273,12 +233,15 @@ def test_an_interrupted_backfill_resumes_at_its_first_unfinished_window(spark, t
     ]
     assert main([*now, "verify"]) == 0
 
-    # A checkpoint left behind is ignored with --restart: every window is redone.
+    # A checkpoint left behind is ignored with --restart: every window is redone (a one-window
+    # range: without --restart it would resume at 03-02 and print only that day).
     store = CursorCheckpointStore(spark, cursor_table)
-    store.save(name, CursorState(global_cursor=dt.datetime(2024, 3, 5, tzinfo=dt.UTC)))
+    one_window = backfill_cursor_name(dt.date(2024, 3, 1), dt.date(2024, 3, 2))
+    store.save(one_window, CursorState(global_cursor=dt.datetime(2024, 3, 2, tzinfo=dt.UTC)))
     capsys.readouterr()
-    assert main([*backfill, "--restart"]) == 0
+    restart = [*now, "backfill", "--start", "2024-03-01", "--end", "2024-03-02", "--restart"]
+    assert main(restart) == 0
     out = capsys.readouterr().out
     assert "Resuming" not in out
-    assert "re-materialized for 2024-03-01..2024-03-02" in out
-    assert read_cursor_state(cursor_table, name) == CursorState()
+    assert "re-materialized for 2024-03-01..2024-03-02" in out, out
+    assert read_cursor_state(cursor_table, one_window) == CursorState()
