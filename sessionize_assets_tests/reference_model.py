@@ -12,13 +12,14 @@ Covered (docs/testing.md):
 - `filtered_events(raw, settings)`: validated `events` rows -> kept rows with `event_date`;
 - `daily_aggregates(rows, settings)`: one row per (user, event day), the time-based aggregate;
 - `gap_sessions(rows, settings)` and `id_sessions(rows, settings, lifecycle)`: the `sessions`
-  table (numbered); `users(sessions)`; `gap_lifecycle(sessions)`.
+  table (numbered); `users(sessions)`; `user_session_stats(sessions)`; `gap_lifecycle(sessions)`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -372,6 +373,46 @@ def users(sessions: Iterable[Mapping[str, Any]]) -> list[Row]:
             "page_views": sum(s["page_views"] for s in mine),
         }
         for user, mine in per_user.items()
+    ]
+
+
+def _median(values: Sequence[int]) -> float:
+    """The median with linear interpolation between the two middle values (SQL `percentile`)."""
+    ordered = sorted(values)
+    position = 0.5 * (len(ordered) - 1)
+    lower, upper = math.floor(position), math.ceil(position)
+    if lower == upper:
+        return float(ordered[lower])
+    return (upper - position) * ordered[lower] + (position - lower) * ordered[upper]
+
+
+def user_session_stats(sessions: Iterable[Mapping[str, Any]]) -> list[Row]:
+    """One row per non-null user of the sessions: session count and duration statistics in
+    seconds (durations end - start, counted in microseconds), rounded to the microsecond."""
+    per_user: dict[str, list[int]] = defaultdict(list)
+    for s in sessions:
+        if s["user_identifier"] is not None:
+            per_user[s["user_identifier"]].append(
+                micros(s["end_tstamp"]) - micros(s["start_tstamp"])
+            )
+    return [
+        {
+            "user_identifier": user,
+            "sessions": len(durations),
+            "total_duration_s": round(sum(durations) / 1e6, 6),
+            "mean_duration_s": round(sum(durations) / len(durations) / 1e6, 6),
+            "median_duration_s": round(_median(durations) / 1e6, 6),
+            "min_duration_s": round(min(durations) / 1e6, 6),
+            "max_duration_s": round(max(durations) / 1e6, 6),
+        }
+        for user, durations in per_user.items()
+    ]
+
+
+def rounded(rows: Iterable[Mapping[str, Any]], digits: int = 6) -> list[Row]:
+    """Rows with their float values rounded (stored doubles against the reference's)."""
+    return [
+        {k: round(v, digits) if isinstance(v, float) else v for k, v in r.items()} for r in rows
     ]
 
 

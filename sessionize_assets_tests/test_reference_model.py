@@ -62,3 +62,29 @@ def test_gap_sessions_split_on_gaps_strictly_longer_and_cut_long_chains_at_fixed
     ]
     users = reference.users(pieces)
     assert users[0]["sessions"] == 3 and users[0]["total_events"] == 97
+
+
+def test_user_session_stats_interpolate_the_median_and_skip_sessions_without_a_user() -> None:
+    t0 = dt.datetime(2024, 3, 1, tzinfo=dt.UTC)
+
+    def session(user, seconds):
+        return {
+            "user_identifier": user,
+            "start_tstamp": t0,
+            "end_tstamp": t0 + dt.timedelta(seconds=seconds),
+        }
+
+    rows = [session("a", 10), session("a", 40), session("a", 0.5), session("a", 100)]
+    rows += [session("b", 7), session(None, 1_000)]
+    stats = {r["user_identifier"]: r for r in reference.user_session_stats(rows)}
+    assert set(stats) == {"a", "b"}
+    assert stats["a"] == {
+        "user_identifier": "a",
+        "sessions": 4,
+        "total_duration_s": 150.5,
+        "mean_duration_s": 37.625,
+        "median_duration_s": 25.0,  # between 10 and 40
+        "min_duration_s": 0.5,
+        "max_duration_s": 100.0,
+    }
+    assert stats["b"]["median_duration_s"] == 7.0 and stats["b"]["sessions"] == 1

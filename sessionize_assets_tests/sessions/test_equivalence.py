@@ -125,6 +125,7 @@ def test_caught_up_sessions_equal_a_full_recompute(spark, tmp_path_factory, mode
         backfill_limit_days=4,
         max_session_days=2,
         session_gap_minutes=60,
+        session_models=["sessions", "users", "user_session_stats"],
     )
     loaded: dict[dt.date, list[dict]] = {}  # filtered_events as the steps leave it, in Python
     for step in random_history(rng, mode):
@@ -155,7 +156,8 @@ def test_caught_up_sessions_equal_a_full_recompute(spark, tmp_path_factory, mode
 
 
 def reference_differences(home, settings, rows: list[dict]) -> list[str]:
-    """The sessions, users (and in gap mode lifecycle) tables against the reference model's."""
+    """The sessions, users, user_session_stats (and in gap mode lifecycle) tables against the
+    reference model's."""
     table = Home(home).table
     if settings.session_mode == "gap":
         sessions = reference.gap_sessions(rows, settings)
@@ -182,6 +184,12 @@ def reference_differences(home, settings, rows: list[dict]) -> list[str]:
         "users",
         reference.delta_rows(table("users")),
         reference.users(sessions),
+        key=["user_identifier"],
+    )
+    problems += reference.differences(
+        "user_session_stats",
+        reference.rounded(reference.delta_rows(table("user_session_stats"))),
+        reference.user_session_stats(sessions),
         key=["user_identifier"],
     )
     return problems
