@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import functools
 import hashlib
 import tempfile
 import uuid
@@ -32,6 +31,7 @@ from sessionize_assets.core.schema import (
     SOURCE_FILE,
     TIMESTAMP_COLUMNS,
 )
+from sessionize_assets.core.trees import fold_balanced
 from sessionize_assets.errors import ItemLockedError, UserError
 from sessionize_assets.ingest.decode import decode_file
 from sessionize_assets.ingest.readers import FORMATS, read_raw
@@ -333,7 +333,9 @@ def plan_batches(
 
 
 def _union(frames: Sequence[DataFrame]) -> DataFrame:
-    return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
+    """The frames' rows together (columns in order of first appearance), nested log2(n) deep: a
+    chain of 64 unions is too deep for Spark Connect's protobuf decoder (`core/trees.py`)."""
+    return fold_balanced(frames, lambda a, b: a.unionByName(b, allowMissingColumns=True))
 
 
 def _batch_txn(files: Sequence[PreparedFile]) -> dict[str, str]:

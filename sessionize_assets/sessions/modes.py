@@ -22,7 +22,6 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import reduce
 from typing import Protocol
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -32,6 +31,7 @@ from sessionize_assets.core import read_spans
 from sessionize_assets.core import sessionize as core
 from sessionize_assets.core.clock import from_micros
 from sessionize_assets.core.run_limits import RunLimits
+from sessionize_assets.core.trees import fold_balanced
 from sessionize_assets.resources.delta import nulls_for, table_or_empty
 from sessionize_assets.resources.tables import QUARANTINED_SESSIONS, SUPERSEDED_SESSIONS
 from sessionize_assets.sessions.changes import Changes
@@ -159,6 +159,12 @@ def _read_spans(
     return [(lo, hi) for lo, hi, _ in terms], sums, [named for _, _, named in terms]
 
 
+def any_of(tests: list[Column]) -> Column:
+    """The OR of `tests`, nested log2(n) deep (`core/trees.py`: a chain of a few hundred ORs, 100
+    users on two user columns, is too deep for Spark Connect's protobuf decoder)."""
+    return fold_balanced(tests, lambda a, b: a | b)
+
+
 def spans_filter(
     spans: list[tuple[int, int]],
     within: Callable[[dt.datetime, dt.datetime], Column],
@@ -183,7 +189,7 @@ def spans_filter(
         parts.append(part)
     if not parts:
         return None
-    return reduce(lambda a, b: a | b, parts)
+    return any_of(parts)
 
 
 def user_filter(settings: Settings, columns: dict[str, str]) -> Callable[[frozenset[str]], Column]:
@@ -197,8 +203,7 @@ def user_filter(settings: Settings, columns: dict[str, str]) -> Callable[[frozen
     def of_users(users: frozenset[str]) -> Column:
         if not users:
             return F.lit(False)
-        tests = [F.col(c) == F.lit(u) for c in names for u in sorted(users)]
-        return reduce(lambda a, b: a | b, tests)
+        return any_of([F.col(c) == F.lit(u) for c in names for u in sorted(users)])
 
     return of_users
 
