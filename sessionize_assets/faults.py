@@ -5,7 +5,8 @@ whole process group when it leads one: the Python process and its embedded Spark
 time it reaches that point, as a power cut or an out-of-memory kill would. Without the variable a
 point costs one dictionary lookup. Points are named `before-commit:<table>` and
 `after-commit:<table>` around every Delta commit the loader and both branches make (Spark and
-delta-rs writes alike).
+delta-rs writes alike), and `step-start:<asset>` / `step-end:<asset>` at the boundaries of every
+Dagster step's work (`step_of`): after its locks are taken and before they are closed.
 """
 
 from __future__ import annotations
@@ -49,3 +50,11 @@ def commit_of(path: str) -> Iterator[None]:
     point(f"before-commit:{table}")
     yield
     point(f"after-commit:{table}")
+
+
+@contextmanager
+def step_of(asset: str) -> Iterator[None]:
+    """The fail points at the boundaries of one asset's work within its Dagster step."""
+    point(f"step-start:{asset}")
+    yield
+    point(f"step-end:{asset}")

@@ -5,7 +5,8 @@ killed, and `verify` passes.
 
 CI runs the points in `CI_POINTS` (one per kind of damage: a load cut between its tables, the
 time-based branch cut between its tables, the session branch cut between its tables and before
-its manifest, the processing manifest cut right after a lock). `SESSIONIZE_FAULT_MATRIX=all` runs
+its manifest, the processing manifest cut right after a lock, the session step killed with all its
+tables written and its lock still held). `SESSIONIZE_FAULT_MATRIX=all` runs
 every point in `ALL_POINTS` (for the benchmark machine). Each point prints how long the healing
 command took (`pytest -s` shows it). The last test kills a run from outside, at no fail point, while
 it holds a lock, and checks that the next run abandons that lock by itself.
@@ -50,23 +51,41 @@ CI_POINTS = [
     ("run", "after-commit:sessions"),
     ("run", "before-commit:incremental_manifest"),
     ("run", "after-commit:processing_manifest"),
+    ("run", "step-end:session_models"),
 ]
-ALL_POINTS = CI_POINTS + [
-    ("load", "after-commit:invalid_events"),
-    ("load", "before-commit:load_log"),
-    ("run", "after-commit:days_to_process"),
-    ("run", "after-commit:filtered_events_accounting"),
-    ("run", "after-commit:daily_aggregate_horizons"),
-    ("run", "before-commit:daily_aggregates"),
-    ("run", "after-commit:daily_aggregates"),
-    ("run", "after-commit:attributes"),
-    ("run", "after-commit:sessions_lifecycle_manifest"),
-    ("run", "after-commit:users"),
-    ("run", "before-commit:filtered_events"),
-    ("run", "after-commit:daily_aggregation_manifest"),
-    ("run", "before-commit:sessions"),
-    ("run", "after-commit:incremental_manifest"),
+# Every step boundary (faults.step_of) of the run's assets, both sides.
+STEP_POINTS = [
+    ("run", f"{side}:{asset}")
+    for asset in (
+        "filtered_events",
+        "days_to_process",
+        "daily_aggregates",
+        "daily_aggregation_manifest",
+        "attributes",
+        "session_models",
+    )
+    for side in ("step-start", "step-end")
 ]
+ALL_POINTS = (
+    CI_POINTS
+    + [p for p in STEP_POINTS if p not in CI_POINTS]
+    + [
+        ("load", "after-commit:invalid_events"),
+        ("load", "before-commit:load_log"),
+        ("run", "after-commit:days_to_process"),
+        ("run", "after-commit:filtered_events_accounting"),
+        ("run", "after-commit:daily_aggregate_horizons"),
+        ("run", "before-commit:daily_aggregates"),
+        ("run", "after-commit:daily_aggregates"),
+        ("run", "after-commit:attributes"),
+        ("run", "after-commit:sessions_lifecycle_manifest"),
+        ("run", "after-commit:users"),
+        ("run", "before-commit:filtered_events"),
+        ("run", "after-commit:daily_aggregation_manifest"),
+        ("run", "before-commit:sessions"),
+        ("run", "after-commit:incremental_manifest"),
+    ]
+)
 POINTS = ALL_POINTS if os.environ.get("SESSIONIZE_FAULT_MATRIX") == "all" else CI_POINTS
 
 

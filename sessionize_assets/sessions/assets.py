@@ -18,6 +18,7 @@ from dagster import (
     multi_asset,
 )
 
+from sessionize_assets import faults
 from sessionize_assets.core import sessionize as core
 from sessionize_assets.core.clock import iso_or_none
 from sessionize_assets.errors import SettingsError
@@ -152,7 +153,7 @@ def build_assets(
         session = spark.get_session()
         # The single place a processing-manifest lock wraps this run (item "session_models").
         guard = lock(context, ASSET_NAME) if lock is not None else nullcontext()
-        with guard:
+        with guard, faults.step_of(ASSET_NAME):
             run = run_session_models(
                 session,
                 lake.table,

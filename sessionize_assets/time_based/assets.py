@@ -19,6 +19,7 @@ from dagster import (
     asset,
 )
 
+from sessionize_assets import faults
 from sessionize_assets.jobs import REQUESTED_BY_TAG
 from sessionize_assets.metadata import partition_metadata, schema_metadata
 from sessionize_assets.partitions import daily_partitions, late_day_lineage
@@ -75,7 +76,7 @@ def guarded(
 ) -> MaterializeResult:
     """The one place every partitioned materialization of this branch runs through: the
     processing-manifest lock on items `<asset>/<partition>` wraps `body` here."""
-    with partition_locks(context, asset_name, keys) as payloads:
+    with partition_locks(context, asset_name, keys) as payloads, faults.step_of(asset_name):
         result = body()
         for payload in payloads:
             payload.update({"run_keys": list(keys), **_payload_facts(result.metadata)})
@@ -214,7 +215,8 @@ def build_assets(settings: Settings) -> list[AssetsDefinition]:
         description="Per event day: rows aggregated, pending, skipped so far, horizon, last processed at.",
     )
     def daily_aggregation_manifest(lake: LakeResource) -> MaterializeResult:
-        result = manifest_step(TimeBasedTables.at(lake.table))
+        with faults.step_of("daily_aggregation_manifest"):
+            result = manifest_step(TimeBasedTables.at(lake.table))
         return MaterializeResult(metadata=partition_metadata(result.metadata, []))
 
     @asset(
@@ -227,9 +229,10 @@ def build_assets(settings: Settings) -> list[AssetsDefinition]:
     )
     def attributes(lake: LakeResource, spark: SparkDeltaResource) -> MaterializeResult:
         as_of = lake.current_time().date()
-        result = attributes_step(
-            spark.get_session(), TimeBasedTables.at(lake.table), lake.settings, as_of
-        )
+        with faults.step_of("attributes"):
+            result = attributes_step(
+                spark.get_session(), TimeBasedTables.at(lake.table), lake.settings, as_of
+            )
         return MaterializeResult(metadata=partition_metadata(result.metadata, []))
 
     return [
