@@ -94,6 +94,14 @@ def two_days(spark, tmp_path_factory):
     return home, landing
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """One seed base for the whole run, drawn before pytest-xdist starts its workers (they inherit
+    the environment): every test process collects the same random-history test ids."""
+    from sessionize_assets_tests.seeds import ensure_seed_base
+
+    ensure_seed_base()
+
+
 def shared_folder() -> Path:
     """The project's shared folder (spec, seeds, oracles): `$SESSIONIZE_SHARED`, else `../shared`
     beside the repository, else `/work/shared` (where a clone elsewhere finds it on this machine)."""

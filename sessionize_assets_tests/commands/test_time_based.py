@@ -244,7 +244,7 @@ RICH = (
     ]
     + [
         pytest.param(random_history(random.Random(seed)), seed % 2 == 0, id=seed_id(seed))
-        for seed in history_seeds()
+        for seed in history_seeds("time-based-histories")
     ],
 )
 def test_accounting_invariant_and_full_recompute_after_random_histories(

@@ -113,7 +113,7 @@ def random_history(rng: random.Random, mode: str):
 # Each history costs about five incremental runs: one fresh seed per mode per build (hypothesis
 # with one example always ran its simplest input, seed 0); SESSIONIZE_EQUIVALENCE_EXAMPLES asks
 # for more, SESSIONIZE_SEEDS replays given ones.
-@pytest.mark.parametrize("seed", history_seeds(), ids=seed_id)
+@pytest.mark.parametrize("seed", history_seeds("sessions-equivalence"), ids=seed_id)
 @pytest.mark.parametrize("mode", ["id", "gap"])
 def test_caught_up_sessions_equal_a_full_recompute(spark, tmp_path_factory, mode, seed):
     rng = random.Random(seed)
