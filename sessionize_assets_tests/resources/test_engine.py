@@ -145,6 +145,40 @@ def test_get_spark_connects_to_the_engine_named_by_the_environment(engine_home, 
         spark.stop()
 
 
+def test_a_filter_naming_hundreds_of_users_and_a_64_file_union_pass_over_connect(
+    engine_home, monkeypatch
+):
+    """Found at 200,000 events a day: the session read named 100 users on two user columns, and
+    the OR-chain of 200 equalities failed in Spark Connect's protobuf decoder. The filters and the
+    loader's union are now nested log2(n) deep (core/trees.py)."""
+    from pyspark.sql import functions as F
+
+    from sessionize_assets.ingest.loader import _union
+    from sessionize_assets.sessions.modes import user_filter
+    from sessionize_assets.settings import from_mapping
+
+    _, info = engine_home
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")  # as get_spark does for a remote session
+    spark = _remote_session(info.url)
+    try:
+        df = spark.createDataFrame(
+            [("u1", None), (None, "u149"), ("v", "w")], "user_id string, domain_userid string"
+        )
+        settings = from_mapping({"user_identifier": ["user_id", "domain_userid"]})
+        of_users = user_filter(settings, dict(df.dtypes))
+        users = frozenset(f"u{i}" for i in range(150))  # 300 equalities
+        assert df.filter(of_users(users)).count() == 2
+        with pytest.raises(Exception, match="Error parsing message|recursion|nest"):
+            chain = F.lit(False)
+            for user in sorted(users):  # the left fold it replaced
+                chain = chain | (F.col("user_id") == F.lit(user))
+                chain = chain | (F.col("domain_userid") == F.lit(user))
+            df.filter(chain).count()
+        assert _union([df] * 64).count() == 3 * 64
+    finally:
+        spark.stop()
+
+
 def test_stop_ends_the_engine(engine_home):
     home, info = engine_home
     message = engine.stop(home)
@@ -219,37 +253,3 @@ def test_a_remote_session_gets_only_the_settings_a_client_may_change():
     for server_only in ("spark.master", "spark.sql.extensions", "spark.driver.memory"):
         assert server_only not in conf
     assert not any(k.startswith("spark.sql.catalog.") for k in conf)
-
-
-def test_a_filter_naming_hundreds_of_users_and_a_64_file_union_pass_over_connect(
-    engine_home, monkeypatch
-):
-    """Found at 200,000 events a day: the session read named 100 users on two user columns, and
-    the OR-chain of 200 equalities failed in Spark Connect's protobuf decoder. The filters and the
-    loader's union are now nested log2(n) deep (core/trees.py)."""
-    from pyspark.sql import functions as F
-
-    from sessionize_assets.ingest.loader import _union
-    from sessionize_assets.sessions.modes import user_filter
-    from sessionize_assets.settings import from_mapping
-
-    _, info = engine_home
-    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")  # as get_spark does for a remote session
-    spark = _remote_session(info.url)
-    try:
-        df = spark.createDataFrame(
-            [("u1", None), (None, "u149"), ("v", "w")], "user_id string, domain_userid string"
-        )
-        settings = from_mapping({"user_identifier": ["user_id", "domain_userid"]})
-        of_users = user_filter(settings, dict(df.dtypes))
-        users = frozenset(f"u{i}" for i in range(150))  # 300 equalities
-        assert df.filter(of_users(users)).count() == 2
-        with pytest.raises(Exception, match="Error parsing message|recursion|nest"):
-            chain = F.lit(False)
-            for user in sorted(users):  # the left fold it replaced
-                chain = chain | (F.col("user_id") == F.lit(user))
-                chain = chain | (F.col("domain_userid") == F.lit(user))
-            df.filter(chain).count()
-        assert _union([df] * 64).count() == 3 * 64
-    finally:
-        spark.stop()
