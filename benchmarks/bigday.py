@@ -1,0 +1,116 @@
+"""One big incremental load day on a home the headline benchmark kept.
+
+    python -m benchmarks.bigday --work /tmp/headline/work --events 1000000
+
+`benchmarks.run --keep-work` leaves `homes/dNNN` (the history, its incremental day and its no-op
+run). This generates one more load day of `--events` events (the same profile, another seed, so
+its event ids are new) the day after the harness's last, then measures `load` + `run` of it on
+that home the way the harness measures its incremental day (`benchmarks.measure`, the home's warm
+engine started first and timed apart). It writes `bigday-<UTC time>-<N>.json` to `--out`: the
+summary the harness reports per measurement, and the raw measurement. The tables are not compared
+with DuckDB here (the harness's reference covers the history); `verify` can be run on the home
+afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from benchmarks import common
+from benchmarks.run import stop_engine
+from sessionize_assets.generator import generate
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bigday", description=__doc__)
+    parser.add_argument("--work", required=True, type=Path, help="the harness's --work folder")
+    parser.add_argument("--home", default=None, help="home name under WORK/homes (default: dNNN)")
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--seed", type=int, default=1_000_003)
+    parser.add_argument("--profile", default="realistic")
+    parser.add_argument("--engine", choices=["off", "warm"], default="warm")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--timeout", type=float, default=5400)
+    args = parser.parse_args(argv)
+
+    work: Path = args.work
+    homes = sorted(p for p in (work / "homes").glob("d[0-9][0-9][0-9]") if p.is_dir())
+    home = work / "homes" / args.home if args.home else (homes[-1] if homes else None)
+    if home is None or not home.is_dir():
+        print(f"error: no kept benchmark home under {work / 'homes'}", file=sys.stderr)
+        return 2
+    configs = sorted((work / "configs").glob(f"{home.name}-incremental.yaml"))
+    if not configs:
+        print(f"error: no {home.name}-incremental.yaml under {work / 'configs'}", file=sys.stderr)
+        return 2
+    base = yaml.safe_load(configs[0].read_text())
+    base.pop("spark", None)  # the event log is this measurement's own
+    manifest = json.loads((work / "data" / "_manifest.json").read_text())
+    last = max(dt.date.fromisoformat(d) for d in _load_days(work / "data"))
+    day = last + dt.timedelta(days=1)
+    data = work / f"bigday-{args.events}"
+    print(f"generating load day {day}: {args.events} events ({args.profile}) into {data}")
+    started = time.perf_counter()
+    generate(
+        data,
+        start_date=day,
+        days=1,
+        events_per_day=args.events,
+        seed=args.seed,
+        file_format=manifest.get("file_format", "csv"),
+        overwrite=True,
+        profile=args.profile,
+    )
+    generation_s = time.perf_counter() - started
+    settings = dict(base) | {"backfill_limit_days": int(base["backfill_limit_days"]) + 1}
+    now = dt.datetime.combine(day + dt.timedelta(days=1), dt.time(0, 30), tzinfo=dt.UTC)
+    name = f"{home.name}-bigday-{args.events}"
+    engine_log = work / "eventlogs" / f"{home.name}-engine" if args.engine == "warm" else None
+    print(f"measuring load + run of {day} on {home}")
+    raw = common.run_measurement(
+        work,
+        name,
+        home,
+        settings,
+        {},
+        [
+            common.load_step(now, [data / f"load_date={day.isoformat()}"]),
+            common.step("run", now, "run"),
+        ],
+        data,
+        args.timeout,
+        engine_event_log_dir=engine_log,
+    )
+    if args.engine == "warm":
+        stop_engine(home)
+    result = {
+        "kind": "bigday",
+        "created_at": dt.datetime.now(dt.UTC).isoformat(),
+        "parameters": vars(args) | {"work": str(work), "out": str(args.out), "home": str(home)},
+        "load_day": day.isoformat(),
+        "generation_s": round(generation_s, 1),
+        "summary": common.summarize_measurement(raw),
+        "raw": raw,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    out = args.out / f"bigday-{stamp}-{args.events}.json"
+    out.write_text(json.dumps(result, indent=1, default=str))
+    ok = bool(raw.get("ok"))
+    print(f"{'ok' if ok else 'FAILED'}: wall {raw.get('command_wall_s')} s; written {out}")
+    return 0 if ok else 1
+
+
+def _load_days(data: Path) -> list[str]:
+    return [p.name.split("=", 1)[1] for p in data.glob("load_date=*") if p.is_dir()]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
