@@ -3,9 +3,9 @@
 Each test run draws new seeds (shown in the test ids, e.g. `[gap-seed=2718281828]`), so CI
 explores a different history every build. The seeds derive from one random base per run
 (`SESSIONIZE_SEED_BASE`, set by conftest's `pytest_configure` before pytest-xdist starts its
-workers), so every test process of a run collects the same test ids. `SESSIONIZE_SEEDS=1,2,3` replays given seeds (the
-ids of a failed run name them); `SESSIONIZE_EQUIVALENCE_EXAMPLES=N` draws N per test instead of
-the default (the "deep" mode of a benchmark machine).
+workers), so every test process of a run collects the same test ids. `SESSIONIZE_SEEDS=1,2,3`
+replays given seeds (the ids of a failed run name them); `SESSIONIZE_EQUIVALENCE_EXAMPLES=N` draws
+N per test instead of the default (the "deep" mode of a benchmark machine).
 """
 
 from __future__ import annotations
