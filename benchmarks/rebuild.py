@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 
@@ -60,12 +59,11 @@ def rebuild(
         write()
         seconds[name] = round(time.perf_counter() - started, 3)
 
-    # Each input is scanned once: `events` is persisted while it is marked (the marking reads it
-    # for the same-day ranking and for the copies loaded earlier), `filtered_events` while the
-    # aggregates and the sessions are computed from it.
-    events = (
-        spark.read.format("delta").load(table("events")).persist(StorageLevel.MEMORY_AND_DISK_DESER)
-    )
+    # Nothing is cached at full width: marking reads `events`' keys once (two columns, one
+    # shuffle) and its rows once for the write; the aggregates and the sessions each read the few
+    # columns of `filtered_events` they use. Caching the whole tables (before session 14) spilled
+    # gigabytes to disk at 6 M rows and made the rebuild slower.
+    events = spark.read.format("delta").load(table("events"))
     # Every load day at once: same-day copies are ranked, copies of earlier load days matched
     # within dedupe_lookback_days (filtering.mark_rows over all rows).
     marked = filtering.mark_rows(
@@ -80,12 +78,7 @@ def rebuild(
         "filtered_events",
         lambda: _overwrite(filtering.kept_rows(marked), table("filtered_events"), EVENT_DATE),
     )
-    events.unpersist()
-    filtered = (
-        spark.read.format("delta")
-        .load(table("filtered_events"))
-        .persist(StorageLevel.MEMORY_AND_DISK_DESER)
-    )
+    filtered = spark.read.format("delta").load(table("filtered_events"))
     daily = agg.daily_aggregates(filtered, settings.user_identifier, settings.attributes)
     timed("daily_aggregates", lambda: _overwrite(daily, table("daily_aggregates"), EVENT_DATE))
     as_of = now.astimezone(dt.UTC).date()
@@ -106,7 +99,6 @@ def rebuild(
     timed("sessions", lambda: _overwrite(sessions, table("sessions")))
     users = core.users_from_sessions(spark.read.format("delta").load(table("sessions")))
     timed("users", lambda: _overwrite(users, table("users")))
-    filtered.unpersist()
     return {"seconds": seconds}
 
 

@@ -41,6 +41,52 @@ def lookback_load_days(load_day: dt.date, dedupe_lookback_days: int) -> list[dt.
     return [load_day - dt.timedelta(days=n) for n in range(dedupe_lookback_days, 0, -1)]
 
 
+def ids_needing_a_decision(
+    load_day_rows: DataFrame, earlier_rows: DataFrame | None, dedupe_lookback_days: int
+) -> DataFrame:
+    """(load_date, event_id, _seen_before) of the load day rows' ids that need a decision: copied
+    within their load day (`_seen_before` False) or held by `earlier_rows` in one of the
+    `dedupe_lookback_days` load days before (True). Null ids never need one.
+
+    One shuffle of keys: everything is partitioned by `event_id`, so the count per (id, load
+    day) and the look back over the id's earlier load days (a window ordered by load day) run
+    where the keys land."""
+    mine = load_day_rows.select(LOAD_DATE, "event_id").filter(F.col("event_id").isNotNull())
+    same = earlier_rows is load_day_rows
+    keys = mine.select(
+        LOAD_DATE,
+        "event_id",
+        F.lit(1).alias("_mine"),
+        F.lit(1 if same else 0).alias("_held"),
+    )
+    look_back = earlier_rows is not None and dedupe_lookback_days > 0
+    if look_back and not same:
+        held = earlier_rows.select(LOAD_DATE, "event_id").filter(F.col("event_id").isNotNull())
+        keys = keys.unionByName(
+            held.select(LOAD_DATE, "event_id", F.lit(0).alias("_mine"), F.lit(1).alias("_held"))
+        )
+    per_day = (
+        keys.repartition("event_id")
+        .groupBy("event_id", LOAD_DATE)
+        .agg(F.sum("_mine").alias("_n"), F.max("_held").alias("_held"))
+    )
+    if look_back:
+        before = Window.partitionBy("event_id").orderBy(LOAD_DATE)
+        latest_held = F.max(F.when(F.col("_held") == 1, F.col(LOAD_DATE))).over(
+            before.rowsBetween(Window.unboundedPreceding, -1)
+        )
+        seen = F.coalesce(
+            latest_held >= F.date_sub(F.col(LOAD_DATE), dedupe_lookback_days), F.lit(False)
+        )
+    else:
+        seen = F.lit(False)
+    return (
+        per_day.withColumn(SEEN_BEFORE, seen)
+        .filter((F.col("_n") > 0) & ((F.col("_n") > 1) | F.col(SEEN_BEFORE)))
+        .select(LOAD_DATE, "event_id", SEEN_BEFORE)
+    )
+
+
 def mark_rows(
     load_day_rows: DataFrame,
     earlier_rows: DataFrame | None,
@@ -56,33 +102,15 @@ def mark_rows(
     load day in [L - dedupe_lookback_days, L - 1]. Passing the processed load days themselves
     there too is fine (same-day copies are ranked, not matched). None: no earlier rows.
 
-    Narrow: the decision is made on keys. Only `(load_date, event_id)` pairs are shuffled to find
-    the ids that need a decision (copied within the load day, or seen in an earlier one); that
-    small key set is broadcast, and only the rows holding one of its ids are ranked by the
-    window. The other rows -- nearly all of them -- are kept as they are, without a full-width
-    shuffle (docs/benchmarks.md, "Narrow deduplication").
+    Narrow and single-pass: the decision is made on keys. The `(load_date, event_id)` keys of
+    both inputs are shuffled once, by `event_id`; per id, the load days are counted (a copy in
+    the same load day) and ordered (the latest earlier load day that holds it). Only the small
+    set of ids that need a decision is broadcast, and only the rows holding one are ranked by the
+    window; the other rows -- nearly all of them -- keep their place, without a full-width
+    shuffle (docs/benchmarks.md, "Narrow deduplication"). Passing the same DataFrame as both
+    inputs (a rebuild of every load day) reads its keys once.
     """
-    keys = load_day_rows.select(LOAD_DATE, "event_id")
-    copied = (
-        keys.groupBy(LOAD_DATE, "event_id")
-        .agg(F.count(F.lit(1)).alias("_n"))
-        .filter(F.col("_n") > 1)
-        .select(LOAD_DATE, "event_id", F.lit(False).alias(SEEN_BEFORE))
-    )
-    care = copied
-    if earlier_rows is not None and dedupe_lookback_days > 0:
-        seen = earlier_rows.select(F.col(LOAD_DATE).alias("_seen_load_date"), "event_id").distinct()
-        matched = (
-            keys.distinct()
-            .join(seen, on="event_id")
-            .filter(
-                (F.col("_seen_load_date") < F.col(LOAD_DATE))
-                & (F.col("_seen_load_date") >= F.date_sub(F.col(LOAD_DATE), dedupe_lookback_days))
-            )
-            .select(LOAD_DATE, "event_id", F.lit(True).alias(SEEN_BEFORE))
-        )
-        care = copied.unionByName(matched)
-    care = care.groupBy(LOAD_DATE, "event_id").agg(F.max(SEEN_BEFORE).alias(SEEN_BEFORE))
+    care = ids_needing_a_decision(load_day_rows, earlier_rows, dedupe_lookback_days)
     flagged = load_day_rows.join(F.broadcast(care), on=[LOAD_DATE, "event_id"], how="left")
     order = [F.col(c).asc_nulls_last() for c in DEDUPE_ORDER if c in load_day_rows.columns]
     rank = F.row_number().over(Window.partitionBy(LOAD_DATE, "event_id").orderBy(*order))

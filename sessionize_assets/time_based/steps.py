@@ -41,6 +41,7 @@ from sessionize_assets.resources import shared_reads
 from sessionize_assets.resources.delta import (
     add_actions,
     delta_table,
+    delta_version,
     exists,
     replace_partitions,
     replace_small,
@@ -115,18 +116,18 @@ def filtered_events_step(
 
     n = settings.dedupe_lookback_days
     first, last = days[0] - dt.timedelta(days=n), days[-1] + dt.timedelta(days=n)
-    if not exists(tables.events):
+    events_version = delta_version(tables.events)
+    if events_version is None:
         raise RuntimeError(f"the events table at {tables.events} does not exist")
-    events = spark.read.format("delta").load(tables.events)
-    # The load days and their look-back days, scanned once: marking reads the load days twice
-    # (ranking copies, matching earlier ids) and the look-back days once more. Released as soon as
-    # `marked` below is computed.
-    window = events.filter(
-        (F.col(LOAD_DATE) >= F.lit(first)) & (F.col(LOAD_DATE) <= F.lit(last))
-    ).persist(StorageLevel.MEMORY_AND_DISK_DESER)
+    # One version of `events` for every read below (the counts, the reach check and the write
+    # must see the same rows), at or after the fingerprints read above.
+    events = spark.read.format("delta").option("versionAsOf", events_version).load(tables.events)
+    # Nothing full-width is cached: marking reads the keys of the load days and their look-back
+    # days (two columns, one shuffle), and the counts read the few columns the rules use; only
+    # the write reads the load days' rows at full width. Caching them (as before session 14)
+    # cost more than reading Parquet again: the rows of a big load day spilled to disk.
+    window = events.filter((F.col(LOAD_DATE) >= F.lit(first)) & (F.col(LOAD_DATE) <= F.lit(last)))
     rows = window.filter(F.col(LOAD_DATE).isin(days))
-    # Marked once and kept (in memory, spilling to disk for big load days): the counts, the reach
-    # check and the write then read `events` once, not once each (docs/benchmarks.md).
     marked = filtering.mark_rows(
         rows,
         window.filter(F.col(LOAD_DATE) < F.lit(days[-1])),
@@ -134,57 +135,50 @@ def filtered_events_step(
         app_ids=settings.app_ids,
         event_names=settings.event_names,
         start_date=settings.start_date,
-    ).persist(StorageLevel.MEMORY_AND_DISK_DESER)
-    try:
-        outcome_rows = filtering.outcome_counts(marked).collect()
-        window.unpersist()  # `marked` is filled: nothing reads the window again
-        # Load days whose input changed reach later, already materialized load days.
-        changed = [
-            d
-            for d in days
-            if previous.get(d) is None
-            or previous[d].events_fingerprint != fingerprints.get(d, EMPTY_FINGERPRINT)
-        ]
-        reached: list[dt.date] = []
-        later_materialized = [
-            d
-            for d in previous
-            if d not in days and any(c < d <= c + dt.timedelta(days=n) for c in changed)
-        ]
-        if changed and later_materialized and n > 0:
-            ids = marked.filter(F.col(LOAD_DATE).isin(changed)).select(LOAD_DATE, "event_id")
-            if exists(tables.filtered_events):
-                old = spark.read.format("delta").load(tables.filtered_events)
-                ids = ids.unionByName(
-                    old.filter(F.col(LOAD_DATE).isin(changed)).select(LOAD_DATE, "event_id")
-                )
-            later = events.filter(F.col(LOAD_DATE).isin(later_materialized))
-            reached = sorted(
-                r[LOAD_DATE] for r in filtering.load_days_reached(ids, later, n).collect()
+    )
+    outcome_rows = filtering.outcome_counts(marked).collect()
+    # Load days whose input changed reach later, already materialized load days.
+    changed = [
+        d
+        for d in days
+        if previous.get(d) is None
+        or previous[d].events_fingerprint != fingerprints.get(d, EMPTY_FINGERPRINT)
+    ]
+    reached: list[dt.date] = []
+    later_materialized = [
+        d
+        for d in previous
+        if d not in days and any(c < d <= c + dt.timedelta(days=n) for c in changed)
+    ]
+    if changed and later_materialized and n > 0:
+        ids = marked.filter(F.col(LOAD_DATE).isin(changed)).select(LOAD_DATE, "event_id")
+        if exists(tables.filtered_events):
+            old = spark.read.format("delta").load(tables.filtered_events)
+            ids = ids.unionByName(
+                old.filter(F.col(LOAD_DATE).isin(changed)).select(LOAD_DATE, "event_id")
             )
-        # Files clustered by user within each (load day, event day): the session branch's reads
-        # of a few users' late events open few files (`core.filtering.clustered_by_user`).
-        kept_n = sum(int(r["rows"]) for r in outcome_rows if r["outcome"] == "kept")
-        kept = filtering.clustered_by_user(
-            filtering.kept_rows(marked),
-            user_key(settings),
-            kept_n,
-            settings.filtered_events_rows_per_file,
-        )
-        # --- the processing-manifest lock wraps from here (see `guarded`)
-        replace_partitions(
-            spark,
-            kept,
-            tables.filtered_events,
-            LOAD_DATE,
-            days,
-            [LOAD_DATE, EVENT_DATE],
-            properties={"delta.enableChangeDataFeed": "true"},
-            parquet=filtering.PARQUET_PAGES,
-        )
-    finally:
-        marked.unpersist()
-        window.unpersist()
+        later = events.filter(F.col(LOAD_DATE).isin(later_materialized))
+        reached = sorted(r[LOAD_DATE] for r in filtering.load_days_reached(ids, later, n).collect())
+    # Files clustered by user within each (load day, event day): the session branch's reads
+    # of a few users' late events open few files (`core.filtering.clustered_by_user`).
+    kept_n = sum(int(r["rows"]) for r in outcome_rows if r["outcome"] == "kept")
+    kept = filtering.clustered_by_user(
+        filtering.kept_rows(marked),
+        user_key(settings),
+        kept_n,
+        settings.filtered_events_rows_per_file,
+    )
+    # --- the processing-manifest lock wraps from here (see `guarded`)
+    replace_partitions(
+        spark,
+        kept,
+        tables.filtered_events,
+        LOAD_DATE,
+        days,
+        [LOAD_DATE, EVENT_DATE],
+        properties={"delta.enableChangeDataFeed": "true"},
+        parquet=filtering.PARQUET_PAGES,
+    )
 
     per_day: dict[dt.date, dict[str, int]] = defaultdict(dict)
     max_loaded: dict[dt.date, dt.datetime] = {}

@@ -376,4 +376,10 @@ def test_only_rows_whose_event_id_needs_a_decision_are_shuffled_at_full_width(sp
     narrow = [records for columns, records in shuffled_rows(marked) if columns < width]
     # Only the copies of the 80 ids that need a decision: 50 * 2 + 30.
     assert sum(full_width) == 130
-    assert narrow and max(narrow) <= len(today) + len(earlier)
+    # The keys are shuffled once: one narrow exchange, of every key of both inputs.
+    assert narrow == [len(today) + len(earlier)]
+    # Marking every load day against itself (a rebuild) shuffles each key once, not twice.
+    both = events_frame(spark, today + earlier)
+    rebuilt = mark_rows(both, both, 3)
+    rebuilt.write.format("noop").mode("overwrite").save()
+    assert [n for c, n in shuffled_rows(rebuilt) if c < width] == [len(today) + len(earlier)]
