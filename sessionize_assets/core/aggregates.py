@@ -28,7 +28,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from sessionize_assets.core.schema import EVENT_DATE
+from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE
 from sessionize_assets.settings import AttributeDefinition
 
 USER_IDENTIFIER = "user_identifier"
@@ -101,6 +101,15 @@ def partial_aggregate(df: DataFrame, definition: AttributeDefinition) -> Column:
     if agg == "distinct_list":
         return F.array_sort(F.collect_set(F.when(keep, F.col(prop).cast("string"))))
     raise ValueError(f"unknown aggregation {agg!r}")
+
+
+def source_columns(
+    user_identifier_columns: Sequence[str], definitions: Sequence[AttributeDefinition] = ()
+) -> list[str]:
+    """The filtered_events columns `daily_aggregates` reads (the load day too, for horizons)."""
+    columns = [*user_identifier_columns, "event_id", "event_name", "derived_tstamp"]
+    columns += [d.property for d in definitions if d.property is not None]
+    return list(dict.fromkeys([*columns, EVENT_DATE, LOAD_DATE]))
 
 
 def daily_aggregates(

@@ -32,7 +32,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from sessionize_assets.core.lifecycle import AFTER_MAX_SESSION_DAYS, QUARANTINED_SESSION, Case
-from sessionize_assets.core.schema import ROW_HASH
+from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE, ROW_HASH
 from sessionize_assets.errors import UserError
 from sessionize_assets.settings import Settings
 
@@ -177,6 +177,12 @@ def source_columns(settings: Settings, available: Sequence[str]) -> list[str]:
         )
     extra = [ROW_HASH] if ROW_HASH in available else []
     return required_columns(settings) + extra
+
+
+def shared_columns(settings: Settings) -> list[str]:
+    """Every column the session branch may read from filtered_events (the row hash, and the
+    event and load days the reads filter on, included)."""
+    return list(dict.fromkeys([*required_columns(settings), ROW_HASH, EVENT_DATE, LOAD_DATE]))
 
 
 def prepare_events(events: DataFrame, settings: Settings, keep: Sequence[str] = ()) -> DataFrame:

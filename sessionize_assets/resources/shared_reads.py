@@ -7,6 +7,10 @@ touched sessions, which (late rows reach back weeks) span those same days. Insid
 daily_aggregates keeps the event days it read (persisted, pinned to the Delta version it read) and
 the session branch takes them from memory, reading only the other days from storage.
 
+Narrow: only the columns its readers name are kept (`columns`: what daily_aggregates and the
+session branch read, about a third of filtered_events' width), and a read is served from memory
+only when the kept columns hold every column it asks for.
+
 Exactness: a Delta version is immutable, so "the days kept at version v" plus "the table at
 version v without those days" is the table at version v. Rows of another version are never
 served: a read at any other version goes to storage (and a newer version drops what was kept).
@@ -42,15 +46,22 @@ class Kept:
     path: str
     version: int
     days: frozenset[dt.date]
+    columns: frozenset[str] | None = None  # None: every column of the table
 
 
-def usable(kept: Sequence[Kept], path: str, version: int) -> list[int]:
-    """Indexes of the kept reads that can serve `path` at `version`: same table, same version,
-    and no event day served twice (earlier kept reads win)."""
+def usable(
+    kept: Sequence[Kept], path: str, version: int, columns: Iterable[str] | None = None
+) -> list[int]:
+    """Indexes of the kept reads that can serve `path` at `version` (`columns` of it; None:
+    every column): same table, same version, the columns kept, and no event day served twice
+    (earlier kept reads win)."""
+    wanted = None if columns is None else frozenset(columns)
     chosen: list[int] = []
     covered: set[dt.date] = set()
     for i, k in enumerate(kept):
         if k.path != path or k.version != version or not k.days or k.days & covered:
+            continue
+        if k.columns is not None and (wanted is None or not wanted <= k.columns):
             continue
         chosen.append(i)
         covered |= k.days
@@ -109,28 +120,48 @@ def _days_filter(days: Iterable[dt.date]) -> object:
     return F.col(EVENT_DATE).isin(sorted(days))
 
 
+def narrowed(table: DataFrame, columns: Iterable[str] | None) -> DataFrame:
+    """`table` with the named columns it has, in its own order (None: every column)."""
+    if columns is None:
+        return table
+    wanted = set(columns)
+    return table.select(*[c for c in table.columns if c in wanted])
+
+
 def event_days(
-    table: DataFrame, path: str, version: int | None, days: Sequence[dt.date]
+    table: DataFrame,
+    path: str,
+    version: int | None,
+    days: Sequence[dt.date],
+    columns: Iterable[str] | None = None,
 ) -> tuple[DataFrame, bool]:
-    """`table` (the Delta table at `path`, read at `version`) restricted to `days`.
+    """`table` (the Delta table at `path`, read at `version`) restricted to `days` and to the
+    named `columns` it has (None: every column).
 
     Inside `sharing()` the rows are persisted and kept for later readers of the same version; the
     second value is then True and the caller must not unpersist them (the block does)."""
-    rows = table.filter(_days_filter(days))
+    rows = narrowed(table.filter(_days_filter(days)), columns)
     if _active is None or version is None or not days:
         return rows, False
     rows = rows.persist(StorageLevel.MEMORY_AND_DISK_DESER)
-    _active.keep(Kept(path, version, frozenset(days)), rows)
+    kept_columns = None if columns is None else frozenset(rows.columns)
+    _active.keep(Kept(path, version, frozenset(days), kept_columns), rows)
     return rows, True
 
 
-def table_at(path: str, version: int, read: Callable[[], DataFrame]) -> DataFrame:
-    """The table at `path` and `version` (`read()` reads it from storage): the event days kept at
-    that version come from memory, the rest from storage. Same rows, same column order."""
-    storage = read()
+def table_at(
+    path: str,
+    version: int,
+    read: Callable[[], DataFrame],
+    columns: Iterable[str] | None = None,
+) -> DataFrame:
+    """The table at `path` and `version` (`read()` reads it from storage), with the named
+    `columns` it has (None: every column): the event days kept at that version come from memory
+    when they hold those columns, the rest from storage. Same rows, the table's column order."""
+    storage = narrowed(read(), columns)
     if _active is None:
         return storage
-    chosen = usable(_active.kept, path, version)
+    chosen = usable(_active.kept, path, version, storage.columns)
     if not chosen:
         return storage
     days: set[dt.date] = set()

@@ -17,6 +17,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from sessionize_assets.core import model_definitions
+from sessionize_assets.core import sessionize as core
 from sessionize_assets.core.clock import as_utc, iso_or_none
 from sessionize_assets.core.run_limits import (
     NO_DATA_WARNING,
@@ -113,7 +114,10 @@ def run_session_models(
     # The event days the time-based branch just read at this version come from memory when both
     # run in one command (resources/shared_reads.py); the rest from storage.
     snapshot = shared_reads.table_at(
-        fe_path, version, lambda: read_version(spark, fe_path, version)
+        fe_path,
+        version,
+        lambda: read_version(spark, fe_path, version),
+        core.shared_columns(settings),
     )
     changes_by_version: dict[int | None, Changes] = {}
     sessions_users: DataFrame | None = None

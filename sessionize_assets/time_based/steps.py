@@ -24,6 +24,7 @@ from sessionize_assets import faults
 from sessionize_assets.core import aggregates as agg
 from sessionize_assets.core import attributes as attrs
 from sessionize_assets.core import filtering
+from sessionize_assets.core import sessionize as core_sessions
 from sessionize_assets.core.clock import as_date, as_utc_or_none
 from sessionize_assets.core.late_days import (
     aggregation_horizons,
@@ -397,7 +398,17 @@ def daily_aggregates_step(
         # Inside `sessionize run` the event days read here are kept for the session branch
         # (resources/shared_reads.py); they are then persisted already and released by the run.
         rows, shared = (
-            shared_reads.event_days(source, tables.filtered_events, version, with_rows)
+            shared_reads.event_days(
+                source,
+                tables.filtered_events,
+                version,
+                with_rows,
+                # What this step and the session branch read: a third of the table's width.
+                [
+                    *agg.source_columns(settings.user_identifier, settings.attributes),
+                    *core_sessions.shared_columns(settings),
+                ],
+            )
             if with_rows
             else (source.limit(0), False)
         )

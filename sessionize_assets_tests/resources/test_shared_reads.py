@@ -77,3 +77,29 @@ def test_table_at_serves_kept_days_from_memory_and_the_rest_from_storage(spark, 
         assert newer.is_cached
     assert not newer.is_cached  # released at the end of the block
     assert shared_reads.active() is None
+
+
+def test_narrow_kept_days_serve_only_reads_of_columns_they_hold(spark, tmp_path):
+    path = str(tmp_path / "t")
+    rows = [(1, "a", "x", D1), (2, "b", "y", D2), (3, "c", "z", None)]
+    df = spark.createDataFrame(rows, "id INT, name STRING, wide STRING, event_date DATE")
+    df.write.format("delta").partitionBy("event_date").save(path)
+
+    def read():  # noqa: ANN202
+        return spark.read.format("delta").option("versionAsOf", 0).load(path)
+
+    assert usable([Kept("/t", 0, frozenset({D1}), frozenset({"id"}))], "/t", 0, ["id"]) == [0]
+    assert usable([Kept("/t", 0, frozenset({D1}), frozenset({"id"}))], "/t", 0, ["wide"]) == []
+    assert usable([Kept("/t", 0, frozenset({D1}), frozenset({"id"}))], "/t", 0) == []
+    with sharing() as shared:
+        days, kept = shared_reads.event_days(read(), path, 0, [D1, D2], ["event_date", "id"])
+        assert kept and days.is_cached and days.columns == ["id", "event_date"]
+        # A read of columns the kept days hold: in the table's order, from memory and storage.
+        narrow = shared_reads.table_at(path, 0, read, ["event_date", "id"])
+        assert narrow.columns == ["id", "event_date"] and _uses_cache(narrow)
+        assert _rows(narrow) == _rows(read().select("id", "event_date"))
+        # A read of a column they do not hold goes to storage, whole.
+        wide = shared_reads.table_at(path, 0, read, ["id", "wide", "event_date"])
+        assert wide.columns == ["id", "wide", "event_date"] and not _uses_cache(wide)
+        assert _rows(wide) == _rows(read().select("id", "wide", "event_date"))
+        assert shared.served_reads == 1
