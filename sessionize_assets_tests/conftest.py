@@ -102,6 +102,14 @@ def pytest_configure(config: pytest.Config) -> None:
     ensure_seed_base()
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """The run's seed base at the top of the output, so a passing run can be replayed too."""
+    from sessionize_assets_tests.seeds import SEED_BASE, ensure_seed_base
+
+    base = ensure_seed_base()
+    return [f"random histories: {SEED_BASE}={base} replays this run's seeds"]
+
+
 def shared_folder() -> Path:
     """The project's shared folder (spec, seeds, oracles): `$SESSIONIZE_SHARED`, else `../shared`
     beside the repository, else `/work/shared` (where a clone elsewhere finds it on this machine)."""

@@ -4,7 +4,8 @@ Each test run draws new seeds (shown in the test ids, e.g. `[gap-seed=2718281828
 explores a different history every build. The seeds derive from one random base per run
 (`SESSIONIZE_SEED_BASE`, set by conftest's `pytest_configure` before pytest-xdist starts its
 workers), so every test process of a run collects the same test ids. `SESSIONIZE_SEEDS=1,2,3`
-replays given seeds (the ids of a failed run name them); `SESSIONIZE_EQUIVALENCE_EXAMPLES=N` draws
+replays given seeds (the ids of a failed run name them), and `SESSIONIZE_SEED_BASE=N` (printed in
+the header of every test run) replays a whole run's; `SESSIONIZE_EQUIVALENCE_EXAMPLES=N` draws
 N per test instead of the default (the "deep" mode of a benchmark machine).
 """
 
