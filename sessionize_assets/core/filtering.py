@@ -41,8 +41,28 @@ def lookback_load_days(load_day: dt.date, dedupe_lookback_days: int) -> list[dt.
     return [load_day - dt.timedelta(days=n) for n in range(dedupe_lookback_days, 0, -1)]
 
 
+MINE = "_mine"  # key flags: the key is a row of the processed load days ...
+HELD = "_held"  # ... and/or of the rows that may hold the copies loaded first
+
+
+def window_keys(window: DataFrame, load_days: Sequence[dt.date]) -> DataFrame:
+    """The keys of a window of load days read once (a load day's rows and the look-back rows
+    come from one scan): `(load_date, event_id, _mine, _held)`, mine = one of `load_days`, held =
+    before the last of them (what `mark_rows` is given as earlier rows by the step)."""
+    last = max(load_days)
+    return window.select(
+        LOAD_DATE,
+        "event_id",
+        F.col(LOAD_DATE).isin(sorted(load_days)).cast("int").alias(MINE),
+        (F.col(LOAD_DATE) < F.lit(last)).cast("int").alias(HELD),
+    ).filter((F.col(MINE) == 1) | (F.col(HELD) == 1))
+
+
 def ids_needing_a_decision(
-    load_day_rows: DataFrame, earlier_rows: DataFrame | None, dedupe_lookback_days: int
+    load_day_rows: DataFrame,
+    earlier_rows: DataFrame | None,
+    dedupe_lookback_days: int,
+    keys: DataFrame | None = None,
 ) -> DataFrame:
     """(load_date, event_id, _seen_before) of the load day rows' ids that need a decision: copied
     within their load day (`_seen_before` False) or held by `earlier_rows` in one of the
@@ -50,29 +70,27 @@ def ids_needing_a_decision(
 
     One shuffle of keys: everything is partitioned by `event_id`, so the count per (id, load
     day) and the look back over the id's earlier load days (a window ordered by load day) run
-    where the keys land."""
-    mine = load_day_rows.select(LOAD_DATE, "event_id").filter(F.col("event_id").isNotNull())
-    same = earlier_rows is load_day_rows
-    keys = mine.select(
-        LOAD_DATE,
-        "event_id",
-        F.lit(1).alias("_mine"),
-        F.lit(1 if same else 0).alias("_held"),
-    )
+    where the keys land. `keys` (`window_keys`): the two inputs' keys already read in one scan."""
     look_back = earlier_rows is not None and dedupe_lookback_days > 0
-    if look_back and not same:
-        held = earlier_rows.select(LOAD_DATE, "event_id").filter(F.col("event_id").isNotNull())
-        keys = keys.unionByName(
-            held.select(LOAD_DATE, "event_id", F.lit(0).alias("_mine"), F.lit(1).alias("_held"))
+    if keys is None:
+        same = earlier_rows is load_day_rows
+        keys = load_day_rows.select(
+            LOAD_DATE, "event_id", F.lit(1).alias(MINE), F.lit(1 if same else 0).alias(HELD)
         )
+        if look_back and not same:
+            held = earlier_rows.select(LOAD_DATE, "event_id")
+            keys = keys.unionByName(
+                held.select(LOAD_DATE, "event_id", F.lit(0).alias(MINE), F.lit(1).alias(HELD))
+            )
     per_day = (
-        keys.repartition("event_id")
+        keys.filter(F.col("event_id").isNotNull())
+        .repartition("event_id")
         .groupBy("event_id", LOAD_DATE)
-        .agg(F.sum("_mine").alias("_n"), F.max("_held").alias("_held"))
+        .agg(F.sum(MINE).alias("_n"), F.max(HELD).alias(HELD))
     )
     if look_back:
         before = Window.partitionBy("event_id").orderBy(LOAD_DATE)
-        latest_held = F.max(F.when(F.col("_held") == 1, F.col(LOAD_DATE))).over(
+        latest_held = F.max(F.when(F.col(HELD) == 1, F.col(LOAD_DATE))).over(
             before.rowsBetween(Window.unboundedPreceding, -1)
         )
         seen = F.coalesce(
@@ -94,6 +112,7 @@ def mark_rows(
     app_ids: Sequence[str] = (),
     event_names: Sequence[str] = (),
     start_date: dt.date | None = None,
+    care: DataFrame | None = None,
 ) -> DataFrame:
     """The rows of one or more load days with `event_date` and `_drop_reason` (null: kept).
 
@@ -108,9 +127,11 @@ def mark_rows(
     set of ids that need a decision is broadcast, and only the rows holding one are ranked by the
     window; the other rows -- nearly all of them -- keep their place, without a full-width
     shuffle (docs/benchmarks.md, "Narrow deduplication"). Passing the same DataFrame as both
-    inputs (a rebuild of every load day) reads its keys once.
+    inputs (a rebuild of every load day) reads its keys once. `care`: `ids_needing_a_decision`
+    computed by the caller (e.g. from `window_keys`, and kept while the rows are read twice).
     """
-    care = ids_needing_a_decision(load_day_rows, earlier_rows, dedupe_lookback_days)
+    if care is None:
+        care = ids_needing_a_decision(load_day_rows, earlier_rows, dedupe_lookback_days)
     flagged = load_day_rows.join(F.broadcast(care), on=[LOAD_DATE, "event_id"], how="left")
     order = [F.col(c).asc_nulls_last() for c in DEDUPE_ORDER if c in load_day_rows.columns]
     rank = F.row_number().over(Window.partitionBy(LOAD_DATE, "event_id").orderBy(*order))

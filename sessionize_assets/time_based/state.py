@@ -146,6 +146,17 @@ def files_in(
     return hits, len(actions)
 
 
+def rows_in(
+    path: str, column: str, days: Iterable[dt.date], version: int | None = None
+) -> int | None:
+    """Rows of the partitions `column` in `days`, from the Delta log's file statistics (None when
+    a file has no row count)."""
+    wanted = set(days)
+    _, actions = add_actions(path, version)
+    hits = [a["num_records"] for a in actions if as_date(a[f"partition.{column}"]) in wanted]
+    return None if any(n is None for n in hits) else sum(hits)
+
+
 def read_accounting(path: str) -> dict[dt.date, AccountingRecord]:
     out = {}
     for r in read_small_table(path):

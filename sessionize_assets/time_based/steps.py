@@ -54,6 +54,7 @@ from sessionize_assets.time_based.state import (
     files_in,
     partition_counts,
     read_state,
+    rows_in,
 )
 from sessionize_assets.time_based.tables import (
     ACCOUNTING_SCHEMA,
@@ -63,6 +64,10 @@ from sessionize_assets.time_based.tables import (
     MANIFEST_SCHEMA,
     TimeBasedTables,
 )
+
+# The load days' rows `filtered_events_step` keeps at full width while it counts and writes them
+# (about 1.5 KB a row deserialized: ~450 MB); more are read twice instead.
+CACHED_LOAD_DAY_ROWS = 300_000
 
 
 @dataclass
@@ -123,20 +128,59 @@ def filtered_events_step(
     # One version of `events` for every read below (the counts, the reach check and the write
     # must see the same rows), at or after the fingerprints read above.
     events = spark.read.format("delta").option("versionAsOf", events_version).load(tables.events)
-    # Nothing full-width is cached: marking reads the keys of the load days and their look-back
-    # days (two columns, one shuffle), and the counts read the few columns the rules use; only
-    # the write reads the load days' rows at full width. Caching them (as before session 14)
-    # cost more than reading Parquet again: the rows of a big load day spilled to disk.
+    # Marking reads the keys of the load days and their look-back days once (two columns, one
+    # shuffle); the ids that need a decision are kept (a few percent of the keys). The load days'
+    # rows are then read by the counts and the write: kept at full width while they are small
+    # (one scan), read twice when large (caching a big catch-up at full width spilled to disk and
+    # cost more than a second Parquet read: docs/benchmarks.md, session 14).
     window = events.filter((F.col(LOAD_DATE) >= F.lit(first)) & (F.col(LOAD_DATE) <= F.lit(last)))
     rows = window.filter(F.col(LOAD_DATE).isin(days))
+    earlier = window.filter(F.col(LOAD_DATE) < F.lit(days[-1]))
+    care = filtering.ids_needing_a_decision(
+        rows, earlier, n, keys=filtering.window_keys(window, days)
+    ).persist(StorageLevel.MEMORY_AND_DISK_DESER)
     marked = filtering.mark_rows(
         rows,
-        window.filter(F.col(LOAD_DATE) < F.lit(days[-1])),
+        earlier,
         n,
         app_ids=settings.app_ids,
         event_names=settings.event_names,
         start_date=settings.start_date,
+        care=care,
     )
+    to_mark = rows_in(tables.events, LOAD_DATE, days, events_version)
+    cached = to_mark is not None and to_mark <= CACHED_LOAD_DAY_ROWS
+    if cached:
+        marked = marked.persist(StorageLevel.MEMORY_AND_DISK_DESER)
+    try:
+        return _filter_and_write(
+            spark, tables, settings, days, marked, events, state, fingerprints, result, started
+        )
+    finally:
+        if cached:
+            marked.unpersist()
+        care.unpersist()
+
+
+def _filter_and_write(
+    spark: SparkSession,
+    tables: TimeBasedTables,
+    settings: Settings,
+    days: list[dt.date],
+    marked: DataFrame,
+    events: DataFrame,
+    state: TimeBasedState,
+    fingerprints: dict[dt.date, str],
+    result: StepResult,
+    started: float,
+) -> StepResult:
+    """`filtered_events_step` once its rows are marked: count, find the later load days reached,
+    write, record the accounting (in `result`)."""
+    n = settings.dedupe_lookback_days
+    first, last = days[0] - dt.timedelta(days=n), days[-1] + dt.timedelta(days=n)
+    previous = state.accounting
+    has_events = [d for d in days if d in fingerprints]
+    had_rows = [d for d in days if d in previous]
     outcome_rows = filtering.outcome_counts(marked).collect()
     # Load days whose input changed reach later, already materialized load days.
     changed = [

@@ -21,11 +21,13 @@ from sessionize_assets.core.filtering import (
     accounting,
     duplicate_event_ids,
     duplicate_event_ids_touching,
+    ids_needing_a_decision,
     kept_rows,
     load_days_reached,
     lookback_load_days,
     mark_rows,
     outcome_counts,
+    window_keys,
 )
 from sessionize_assets.core.schema import REQUIRED_COLUMNS, TIMESTAMP_COLUMNS
 from sessionize_assets_tests.plans import executed_nodes, metric
@@ -238,6 +240,14 @@ def test_marking_several_load_days_at_once_equals_marking_them_one_by_one(spark)
             spark, [r for r in rows if day - dt.timedelta(days=3) <= r["load_date"] < day]
         )
         one_by_one |= outcomes(mark_rows(todays, before, 3))
+        # The step's way: one window of the day and its look-back days, keys read in one scan.
+        window = events_frame(
+            spark, [r for r in rows if day - dt.timedelta(days=3) <= r["load_date"] <= day]
+        )
+        care = ids_needing_a_decision(todays, before, 3, keys=window_keys(window, [day]))
+        assert outcomes(mark_rows(todays, before, 3, care=care)) == outcomes(
+            mark_rows(todays, before, 3)
+        )
     assert together == one_by_one
     assert sorted(k[0] for k, v in together.items() if v == "kept") == ["a", "a", "b", "c"]
 
