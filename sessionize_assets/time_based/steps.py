@@ -80,10 +80,13 @@ class StepResult:
 
 
 def _limits_metadata(state: TimeBasedState, settings: Settings, now: dt.datetime) -> dict[str, Any]:
+    """Where the run limits stand: the state and load window of the next scheduled run (`sessionize
+    run` or the sensors at `now`), named so, since a backfill or a partition launched by hand
+    processes other days (this run's own days are under `load days`)."""
     limits = state.load_window(settings, now)
     return {
-        "run state": limits.state.value,
-        "run window": f"[{limits.start.isoformat()}, {limits.end.isoformat()})",
+        "next scheduled run: state": limits.state.value,
+        "next scheduled run: load window": f"[{limits.start.isoformat()}, {limits.end.isoformat()})",
     }
 
 

@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from deltalake import DeltaTable, write_deltalake
+from jsonschema import Draft202012Validator
 
 from sessionize_assets.cli import main
+from sessionize_assets.commands.json_schema import NAMES, rendered, schema_of
 from sessionize_assets.home import Home
 from sessionize_assets.jars import jars_dir
 from sessionize_assets.resources.delta import read_small_table
@@ -32,13 +34,53 @@ ENVELOPE = {"schema", "version", "exit_status", "error"}
 
 
 def _document(text: str, status: int) -> dict[str, Any]:
-    """stdout as exactly one JSON document carrying the process's exit status."""
+    """stdout as exactly one JSON document carrying the process's exit status, valid against its
+    published schema (docs/json-schema)."""
     lines = text.splitlines()
     assert len(lines) == 1, text
     doc = json.loads(lines[0])
     assert doc["version"] == 1 and doc["schema"].startswith("sessionize/"), doc
     assert doc["exit_status"] == status, (doc, status)
+    schema = schema_of(doc["schema"].removeprefix("sessionize/"))
+    errors = [e.message for e in Draft202012Validator(schema).iter_errors(doc)]
+    assert not errors, (errors, doc)
     return doc
+
+
+def test_the_committed_schemas_are_the_code_s_and_valid() -> None:
+    folder = Path(__file__).resolve().parents[2] / "docs" / "json-schema"
+    assert sorted(p.stem for p in folder.glob("*.json")) == sorted(NAMES)
+    for name in NAMES:
+        Draft202012Validator.check_schema(schema_of(name))
+        assert (folder / f"{name}.json").read_text() == rendered(name), (
+            f"docs/json-schema/{name}.json is stale: "
+            "python -m sessionize_assets.commands.json_schema docs/json-schema"
+        )
+
+
+def test_the_schemas_refuse_what_the_documents_promise_never_to_be() -> None:
+    ok = {"schema": "sessionize/load", "version": 1, "exit_status": 3, "error": None}
+    validator = Draft202012Validator(schema_of("load"))
+    assert not validator.is_valid(ok)  # a blocked command has an error
+    error = {"kind": "blocked", "message": "held by run r"}
+    assert validator.is_valid(ok | {"error": error})
+    assert not validator.is_valid(ok | {"error": error, "exit_status": 1})
+    ran = {
+        "schema": "sessionize/load",
+        "version": 1,
+        "exit_status": 0,
+        "error": None,
+        "files": [],
+        "totals": dict.fromkeys(
+            ("files", "files_loaded", "files_skipped", "rows_read", "rows_kept", "rows_rejected"),
+            0,
+        ),
+        "load_days": [],
+        "by_load_date": None,
+    }
+    assert validator.is_valid(ran)
+    assert not validator.is_valid({k: v for k, v in ran.items() if k != "by_load_date"})
+    assert not validator.is_valid(ran | {"load_days": ["03/01/2024"]})
 
 
 def _json(capsys, home: Path, *args: str) -> tuple[int, dict[str, Any]]:

@@ -57,6 +57,10 @@ def test_a_settings_change_stops_the_run_until_a_confirmed_refresh(spark, home, 
         run_sessions(lake(home, changed, now), SparkDeltaResource(), instance)
 
     cli = ["--home", str(home), "--now", now]
+    # A reader holding the old table (a delta-rs snapshot, as a dashboard or an export would).
+    reader = DeltaTable(Home(home).table("sessions"))
+    held_version = reader.version()
+    held_rows = sorted(reader.to_pyarrow_table().to_pylist(), key=lambda r: r["session_identifier"])
     capsys.readouterr()
     assert main([*cli, "refresh"]) == 2
     assert "error: A refresh rebuilds every session model" in capsys.readouterr().err
@@ -65,6 +69,19 @@ def test_a_settings_change_stops_the_run_until_a_confirmed_refresh(spark, home, 
     assert "Refreshed sessions, users in full from filtered_events" in out, out
     assert "refresh requested" in out, out
     assert read_manifest(Home(home).table)["sessions"].definition.find('"session_mode":"gap"') >= 0
+    # The refresh replaced the table in one commit: the reader kept reading the old version
+    # whole until it asked for the new one, which holds only gap-mode sessions.
+    after_refresh = DeltaTable(Home(home).table("sessions"))
+    commits = [h for h in after_refresh.history() if h.get("version", -1) > held_version]
+    print("sessions commits of the refresh:", [(h["version"], h["operation"]) for h in commits])
+    assert len(commits) == 1, commits
+    assert (
+        sorted(reader.to_pyarrow_table().to_pylist(), key=lambda r: r["session_identifier"])
+        == held_rows
+    )
+    assert not {r["session_identifier"] for r in held_rows} & {
+        r["session_identifier"] for r in after_refresh.to_pyarrow_table().to_pylist()
+    }
 
     after = run_sessions(lake(home, changed, now), SparkDeltaResource(), instance)
     assert after.ok, "\n".join(after.lines())

@@ -57,3 +57,40 @@ def test_a_killed_holder_leaves_nothing_behind_and_wait_waits(tmp_path) -> None:
     proc.wait()
     with command_lock(tmp_path / "home", "run"):
         pass
+
+
+def test_a_second_run_from_the_command_line_exits_blocked_before_starting_spark(tmp_path) -> None:
+    """Two `sessionize run`s together: the second learns it is blocked from the lock alone, exits
+    with status 3 naming the holder, and never starts a JVM (no Spark child process)."""
+    import psutil
+
+    proc = _hold(tmp_path, 120)
+    try:
+        second = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sessionize_assets.cli",
+                "--home",
+                str(tmp_path / "home"),
+                "run",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        started_java = False
+        while second.poll() is None:
+            try:
+                children = psutil.Process(second.pid).children(recursive=True)
+                started_java |= any("java" in c.name() for c in children)
+            except psutil.Error:
+                pass
+            time.sleep(0.05)
+        _, err = second.communicate(timeout=60)
+        assert second.returncode == 3, err
+        assert f"process {proc.pid}" in err and "--wait" in err
+        assert not started_java
+    finally:
+        proc.kill()
+        proc.wait()

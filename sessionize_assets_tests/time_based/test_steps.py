@@ -309,9 +309,8 @@ def test_every_materialization_carries_metadata(scenario) -> None:
     assert totals["rows read"] == 10 and totals["rows written"] == 7
     assert "rows read" not in filtered and "dagster/row_count" not in filtered
     assert filtered["partitions in this run"] == "5: 2024-03-01 .. 2024-03-05"
-    assert filtered["run state"] == "first run" and filtered["run window"].startswith(
-        "[2024-03-01T00:00:00"
-    )
+    assert filtered["next scheduled run: state"] == "first run"
+    assert filtered["next scheduled run: load window"].startswith("[2024-03-01T00:00:00")
     assert totals["time taken (s)"] >= 0
     decided = latest_metadata(instance, "days_to_process", "2024-03-05")
     assert decided[RUN_TOTALS]["event days processed"] == 2
