@@ -131,7 +131,7 @@ def test_status_lateness_reads_the_delta_log_of_filtered_events(two_days, capsys
 
 
 def test_maintain_compacts_and_vacuums_but_keeps_what_the_change_feed_still_reads(
-    two_days, tmp_path, capsys
+    spark, two_days, tmp_path, capsys
 ):
     """`sessionize maintain` (issue 18): refused (status 2, one sentence, nothing changed) while
     a session model still has to read filtered_events' change feed from an old version; then,
@@ -161,6 +161,26 @@ def test_maintain_compacts_and_vacuums_but_keeps_what_the_change_feed_still_read
     assert {t.name: files_on_disk(t) for t in warehouse.iterdir()} == before
 
     write_deltalake(manifest_path, caught_up, mode="overwrite")
+    # With the default retention (168 hours) time travel to the version the models consumed and
+    # the change feed from it still read after maintain.
+    filtered = Home(home).table(FILTERED_EVENTS)
+
+    def at(version: int) -> list[tuple]:
+        read = spark.read.format("delta").option("versionAsOf", version).load(filtered)
+        return sorted(tuple(r) for r in read.select("load_date", "event_id").collect())
+
+    held = at(latest)
+    feed = spark.read.format("delta").option("readChangeFeed", "true")
+    inserted = (
+        feed.option("startingVersion", latest)
+        .load(filtered)
+        .filter("_commit_version = " + str(latest))
+    )
+    inserted_before = inserted.count()
+    assert held and inserted_before > 0
+    assert main(["--home", str(home), "maintain"]) == 0
+    assert at(latest) == held
+    assert inserted.count() == inserted_before
     assert main(["--home", str(home), "maintain", "--vacuum-hours", "0"]) == 0
     out = capsys.readouterr().out
     assert "filtered_events:" in out and "unreferenced file(s)" in out

@@ -13,6 +13,7 @@ from sessionize_assets.commands.context import CommandContext
 from sessionize_assets.core.maintenance import (
     DELTA_MINIMUM_HOURS,
     OldVersionReader,
+    first_data_change,
     vacuum_refusal,
 )
 from sessionize_assets.errors import UserError
@@ -43,13 +44,16 @@ def old_version_readers(table_path: Callable[[str], str]) -> list[OldVersionRead
     table = delta_table(path)
     if table is None:
         return []
-    commits = {int(c["version"]): c.get("timestamp") for c in table.history()}
+    history = table.history()
+    commits = {int(c["version"]): c.get("timestamp") for c in history}
+    operations = {int(c["version"]): str(c.get("operation")) for c in history}
     readers = []
     for model, state in sorted(read_manifest(table_path).items()):
         if state.consumed_version is None:
             continue
-        first = state.consumed_version + 1
-        stamp = commits.get(first)
+        # Commits that change no data (an earlier maintain's VACUUM) need no file kept.
+        first = first_data_change(operations, state.consumed_version)
+        stamp = commits.get(first) if first is not None else None
         if stamp is None:  # caught up: nothing newer to read yet
             continue
         readers.append(

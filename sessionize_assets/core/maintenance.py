@@ -13,10 +13,22 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 DELTA_MINIMUM_HOURS = 168.0  # Delta's own retentionDurationCheck: 7 days
+
+# Commits that change no data: a change data feed reads no file of theirs (VACUUM logs two
+# commits, OPTIMIZE rewrites files with dataChange = false).
+NO_DATA_OPERATIONS = frozenset({"VACUUM START", "VACUUM END", "OPTIMIZE", "SET TBLPROPERTIES"})
+
+
+def first_data_change(operations: Mapping[int, str], after: int) -> int | None:
+    """The first version after `after` whose commit changed data (`operations`: version ->
+    operation, from the table's history), or None: a reader of the change feed from `after + 1`
+    needs no file older than that commit."""
+    changed = [v for v, op in operations.items() if v > after and op not in NO_DATA_OPERATIONS]
+    return min(changed, default=None)
 
 
 @dataclass(frozen=True)

@@ -23,3 +23,12 @@ def test_a_retention_shorter_than_the_oldest_read_is_refused_naming_the_reader()
     assert vacuum_refusal(30.0, [READER], NOW) is None
     assert vacuum_refusal(0, [], NOW) is None and hours_needed([], NOW) == 0.0
     assert vacuum_refusal(-1, [], NOW) == "--vacuum-hours must be 0 or more, not -1."
+
+
+def test_the_change_feed_needs_no_file_of_commits_that_change_no_data() -> None:
+    from sessionize_assets.core.maintenance import first_data_change
+
+    ops = {0: "WRITE", 1: "VACUUM START", 2: "VACUUM END", 3: "OPTIMIZE", 4: "MERGE"}
+    assert first_data_change(ops, 0) == 4  # an earlier maintain's commits are skipped
+    assert first_data_change(ops, 4) is None  # caught up
+    assert first_data_change({**ops, 2: "WRITE"}, 0) == 2
