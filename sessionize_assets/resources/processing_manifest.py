@@ -193,13 +193,24 @@ class ProcessingManifest(OperatorActions):
                     },
                     comment="sessionize processing manifest: append-only records (seed 003)",
                 )
-                self._ready = True
-                return
             except Exception as exc:  # a concurrent creator won: look again
                 if attempt + 1 >= self.max_attempts:
                     raise
                 log.debug("manifest creation raced (%s); retrying", exc)
-                time.sleep(0.05 + random.random() * 0.2)
+            else:
+                # `IF NOT EXISTS` also returns when a concurrent creator has begun the table but
+                # not committed its first version yet: ready only once a version is visible.
+                if exists(self.path):
+                    self._ready = True
+                    return
+                log.debug("manifest created by another process, not visible yet; looking again")
+            time.sleep(0.05 + random.random() * 0.2)
+        if not exists(self.path):
+            raise RuntimeError(
+                f"the processing manifest at {self.path} could not be created or read after "
+                f"{self.max_attempts} attempts."
+            )
+        self._ready = True
 
     def records(self, item: str) -> list[Record]:
         """The item's records at the table's latest version (read with delta-rs: fast, no job).
@@ -233,6 +244,10 @@ class ProcessingManifest(OperatorActions):
         A write built from them is committed as the very next version or not at all."""
         self.ensure_table()
         table = open_table(self.path)
+        if table is None:  # created by another process whose first commit is not visible yet
+            self._ready = False
+            self.ensure_table()
+            table = open_table(self.path)
         return table, _records_by_item(table, items)
 
     def _read_items(self, items: Iterable[str]) -> dict[str, list[Record]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 
 import pytest
 
@@ -446,3 +447,27 @@ def test_a_refused_lock_says_how_to_recover(manifest):
     manifest.lock(ITEM, "a", "run-1")
     with pytest.raises(ItemLockedError, match=r"manifest resolve --run run-1"):
         manifest.lock(ITEM, "a", "run-2")
+
+
+def test_a_table_another_process_is_still_creating_is_waited_for(spark, home, clock):
+    """Found by the two-process race under load: while another process creates the manifest, its
+    `_delta_log` folder exists before its first commit, and Spark's CREATE TABLE IF NOT EXISTS
+    then returns without creating anything. The lock waits for a visible version instead of
+    writing to a table that is not there (AttributeError on a None table before)."""
+    from deltalake import write_deltalake
+
+    from sessionize_assets.resources.processing_manifest import _arrow_records
+
+    path = home / "warehouse" / "processing_manifest"
+    (path / "_delta_log").mkdir(parents=True)  # the other creator has begun
+
+    def other_creator_commits() -> None:
+        time.sleep(4.0)
+        write_deltalake(str(path), _arrow_records([]), partition_by=["item_bucket"])
+
+    other = threading.Thread(target=other_creator_commits, daemon=True)
+    other.start()
+    record = ProcessingManifest(spark, str(path), clock=clock).lock(ITEM, "app", "run-1")
+    other.join(timeout=60)
+    assert record.run_id == "run-1"
+    assert [r.run_id for r in read_records(str(path), item=ITEM)] == ["run-1"]
