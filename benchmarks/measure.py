@@ -53,16 +53,52 @@ def proportional_set_size(process: psutil.Process) -> int:
     return pss if pss is not None else process.memory_info().rss
 
 
+def is_jvm_executable(exe: str) -> bool:
+    """Whether a process's executable is a Java launcher (its name, `comm`, may be a thread's:
+    "Executor task l")."""
+    return Path(exe).name == "java"
+
+
+def spawn_in_flight(exe: str, parent_exe: str | None) -> bool:
+    """Whether a process is a JVM's child between its spawn and its `exec`.
+
+    Hadoop's local file system runs `chmod` and `readlink` as processes; the JVM starts them
+    with posix_spawn (a vfork-style clone that shares the JVM's memory until it execs), so in
+    that instant the child's PSS is the whole JVM's. Such a child still has the JVM's
+    executable; once it has exec'd it has its own (and its own, small, memory). A forked Python
+    worker, which does not share memory, is never one."""
+    return parent_exe is not None and is_jvm_executable(parent_exe) and exe == parent_exe
+
+
+def _exe(process: psutil.Process) -> str:
+    try:
+        return process.exe()
+    except psutil.Error:
+        return ""
+
+
 def family(me: psutil.Process, roots: Sequence[psutil.Process] = ()) -> list[psutil.Process]:
     """This process's descendants, plus each of `roots` and its descendants, each process once
-    (an engine this process started is also its child)."""
+    (an engine this process started is also its child); a JVM's spawn in flight is left out:
+    its memory is the JVM's (`spawn_in_flight`)."""
     out = {p.pid: p for p in me.children(recursive=True)}
     for root in roots:
         try:
             out |= {p.pid: p for p in [root, *root.children(recursive=True)]}
         except psutil.Error:
             continue
-    return list(out.values())
+    kept = []
+    for process in out.values():
+        parent = out.get(process.ppid()) if process.pid != me.pid else None
+        if parent is not None and spawn_in_flight(_exe(process), _exe(parent)):
+            continue
+        kept.append(process)
+    return kept
+
+
+def kind_of(process: psutil.Process) -> str:
+    """ "jvm" or "other" (for a descendant)."""
+    return "jvm" if is_jvm_executable(_exe(process)) or "java" in process.name() else "other"
 
 
 @dataclass
@@ -76,6 +112,8 @@ class MemorySampler:
     peak_total: int = 0
     peak_python: int = 0
     peak_jvm: int = 0
+    # The processes that made up the highest total: (pid, name, PSS bytes), largest first.
+    peak_processes: list[tuple[int, str, int]] = field(default_factory=list)
     samples: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -84,19 +122,25 @@ class MemorySampler:
         me = psutil.Process()
         python = proportional_set_size(me)
         jvm = other = 0
+        parts = [(me.pid, me.name(), python)]
         for child in family(me, self.roots):
+            if child.pid == me.pid:
+                continue
             try:
-                size = proportional_set_size(child)
-                if "java" in child.name():
-                    jvm += size
-                else:
-                    other += size
+                size, name = proportional_set_size(child), child.name()
             except psutil.Error:
                 continue
+            parts.append((child.pid, name, size))
+            if kind_of(child) == "jvm":
+                jvm += size
+            else:
+                other += size
         self.samples += 1
         self.peak_python = max(self.peak_python, python)
         self.peak_jvm = max(self.peak_jvm, jvm)
-        self.peak_total = max(self.peak_total, python + jvm + other)
+        if python + jvm + other > self.peak_total:
+            self.peak_total = python + jvm + other
+            self.peak_processes = sorted(parts, key=lambda part: -part[2])
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -125,9 +169,9 @@ def high_water_marks() -> dict[str, int]:
 
     me = psutil.Process()
     out["python"] = hwm(me.pid)
-    for child in me.children(recursive=True):
+    for child in family(me):
         try:
-            kind = "jvm" if "java" in child.name() else "other"
+            kind = kind_of(child)
         except psutil.Error:
             continue
         out[kind] += hwm(child.pid)
@@ -149,7 +193,7 @@ def cpu_seconds(roots: Sequence[psutil.Process] = ()) -> dict[str, float]:
     for child in family(me, roots):
         try:
             t = child.cpu_times()
-            kind = "jvm" if "java" in child.name() else "other"
+            kind = kind_of(child)
         except psutil.Error:
             continue
         out[kind] += t.user + t.system
@@ -409,6 +453,10 @@ def measure(
             "peak_pss_total_bytes": sampler.peak_total,
             "peak_pss_python_bytes": sampler.peak_python,
             "peak_pss_jvm_bytes": sampler.peak_jvm,
+            "peak_processes": [
+                {"pid": pid, "name": name, "pss_bytes": size}
+                for pid, name, size in sampler.peak_processes
+            ],
             "samples": sampler.samples,
             "hwm_bytes": hwm,
         },

@@ -596,3 +596,52 @@ def test_warmup_summary_takes_later_rounds_as_the_warm_reference() -> None:
     assert ops["append"] == {"first_s": 14.0, "later_median_s": 2.0, "warm_up_s": 12.0}
     assert ops["merge"] == {"first_s": 12.0, "later_median_s": 4.0, "warm_up_s": 8.0}
     assert summarize([{"read": 1.0}])["read"]["warm_up_s"] is None
+
+
+def test_a_jvm_spawn_in_flight_is_not_counted_twice(tmp_path: Path) -> None:
+    """A JVM's child that has not exec'd yet shares the JVM's memory (Hadoop's `chmod`, started
+    by posix_spawn): the memory sampler leaves it out, and keeps a child that has exec'd.
+
+    A copy of the Python interpreter named `java` plays the JVM: its fork that does not exec
+    keeps the `java` executable, like a spawn in flight; its other child execs `sleep`."""
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from benchmarks.measure import family, kind_of, spawn_in_flight
+
+    java = tmp_path / "bin" / "java"
+    java.parent.mkdir()
+    shutil.copy(os.path.realpath(sys.executable), java)
+    script = (
+        "import os, subprocess, time\n"
+        "sleeper = subprocess.Popen(['sleep', '30'])\n"
+        "if os.fork() == 0:\n"
+        "    time.sleep(30); os._exit(0)\n"
+        "time.sleep(30)\n"
+    )
+    jvm = subprocess.Popen([str(java), "-c", script])
+    try:
+        deadline = time.time() + 20
+        while len(psutil.Process(jvm.pid).children()) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+        children = psutil.Process(jvm.pid).children()
+        assert len(children) == 2
+        kept = family(psutil.Process(), [psutil.Process(jvm.pid)])
+        pids = {p.pid for p in kept}
+        fork = next(c for c in children if c.exe() == str(java))
+        sleeper = next(c for c in children if c.exe() != str(java))
+        assert jvm.pid in pids and sleeper.pid in pids and fork.pid not in pids
+        assert kind_of(psutil.Process(jvm.pid)) == "jvm" and kind_of(sleeper) == "other"
+    finally:
+        for process in psutil.Process(jvm.pid).children(recursive=True):
+            process.kill()
+        jvm.kill()
+        jvm.wait()
+    # A forked Python worker has its own memory: never left out.
+    assert not spawn_in_flight("/usr/bin/python3.11", "/usr/bin/python3.11")
+    assert spawn_in_flight("/usr/lib/jvm/bin/java", "/usr/lib/jvm/bin/java")
+    assert not spawn_in_flight("/usr/bin/chmod", "/usr/lib/jvm/bin/java")
