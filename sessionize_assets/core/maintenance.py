@@ -31,6 +31,18 @@ def first_data_change(operations: Mapping[int, str], after: int) -> int | None:
     return min(changed, default=None)
 
 
+def last_data_change(recent: Sequence[tuple[int, str]], version: int) -> int:
+    """The latest version up to `version` whose commit changed data, from the table's most
+    recent commits (`recent`: (version, operation), any order). When every commit read changed
+    nothing (an OPTIMIZE, a VACUUM's two commits...), the one just before them is taken as a
+    change: the answer is never later than the truth, so a reader comparing it with what it
+    consumed may run for nothing but never skips a change."""
+    if not recent:
+        return version
+    changed = [v for v, op in recent if v <= version and op not in NO_DATA_OPERATIONS]
+    return max(changed) if changed else min(v for v, _ in recent) - 1
+
+
 @dataclass(frozen=True)
 class OldVersionReader:
     """A reader that still needs `table`'s versions committed since `since`."""

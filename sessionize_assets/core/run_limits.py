@@ -177,28 +177,40 @@ def nothing_new(
     states: Mapping[str, ConsumedState],
     version: int | None,
     newest_session_tstamp: dt.datetime | None,
+    data_version: int | None = None,
 ) -> str | None:
     """Why a run of the session models would change nothing (None: it might, so run).
 
     True only when every enabled model is in sync (same last_success), has consumed the current
-    `filtered_events` version, and its last run's window reached past the newest session timestamp
-    in the table (`newest_session_tstamp`, from the Delta log's file statistics; None when unknown
-    or the table is empty). Then every row was processed by a window and every later commit was
+    `filtered_events` version or one after its last data change (`data_version`: commits since
+    then, such as `maintain`'s OPTIMIZE and VACUUM, changed no row; default `version`), and its
+    last run's window reached past the newest session timestamp in the table
+    (`newest_session_tstamp`, from the Delta log's file statistics; None when unknown or the
+    table is empty). Then every row was processed by a window and every later commit was
     consumed: a run would re-read its look-back window and write the same rows.
     """
     if version is None or newest_session_tstamp is None or not models:
         return None
+    changed = version if data_version is None else data_version
     seen = [states.get(m) for m in models]
-    if any(s is None or s.consumed_version != version or s.processed_through is None for s in seen):
+    if any(
+        s is None
+        or s.consumed_version is None
+        or not changed <= s.consumed_version <= version
+        or s.processed_through is None
+        for s in seen
+    ):
         return None
     if len({s.last_success for s in seen}) != 1:
         return None
     through = min(s.processed_through for s in seen)
     if as_utc(newest_session_tstamp) > as_utc(through):
         return None
+    consumed = min(s.consumed_version for s in seen)
+    later = f" (v{consumed + 1}..v{version} changed no data)" if consumed < version else ""
     return (
-        f"Nothing new for the session models: each consumed filtered_events v{version} and "
-        f"processed through {format_tstamp(through)}, past the newest session timestamp "
+        f"Nothing new for the session models: each consumed filtered_events v{consumed}{later} "
+        f"and processed through {format_tstamp(through)}, past the newest session timestamp "
         f"({format_tstamp(newest_session_tstamp)}); no run."
     )
 
@@ -224,6 +236,8 @@ class LakeState:
     states: Mapping[str, ConsumedState]
     version: int | None  # filtered_events' current version
     newest_session_tstamp: dt.datetime | None  # from the Delta log's file statistics
+    # the latest version that changed data (None: `version`); later ones are OPTIMIZE, VACUUM...
+    data_version: int | None = None
 
 
 @dataclass(frozen=True)
@@ -273,7 +287,9 @@ def caught_up(
     """
     now = as_utc(now)
     if isinstance(seen, LakeState):
-        reason = nothing_new(seen.models, seen.states, seen.version, seen.newest_session_tstamp)
+        reason = nothing_new(
+            seen.models, seen.states, seen.version, seen.newest_session_tstamp, seen.data_version
+        )
         return CatchUp(Verdict.NOTHING_NEW, reason) if reason else CatchUp(Verdict.BEHIND)
     limits = seen.limits
     if limits.reaches(now) and seen.every_model_in_window:

@@ -41,6 +41,19 @@ def delta_version(path: str) -> int | None:
     return table.version() if table is not None else None
 
 
+def recent_operations(path: str, limit: int = 10) -> list[tuple[int, str]]:
+    """The table's latest `limit` commits as (version, operation), newest first (delta-rs, no
+    Spark); [] when absent. A commit without an operation reads as "UNKNOWN"."""
+    table = delta_table(path)
+    if table is None:
+        return []
+    return [
+        (int(commit["version"]), str(commit.get("operation") or "UNKNOWN"))
+        for commit in table.history(limit)
+        if commit.get("version") is not None
+    ]
+
+
 def exists(path: str) -> bool:
     return delta_table(path) is not None
 

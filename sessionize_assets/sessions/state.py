@@ -12,8 +12,14 @@ from dataclasses import dataclass
 from sessionize_assets import faults
 from sessionize_assets.core import model_definitions
 from sessionize_assets.core.clock import as_utc_or_none, midnight
+from sessionize_assets.core.maintenance import last_data_change
 from sessionize_assets.core.run_limits import ConsumedState, LakeState, RunLimits, run_limits
-from sessionize_assets.resources.delta import delta_version, newest_value, read_small_table
+from sessionize_assets.resources.delta import (
+    delta_version,
+    newest_value,
+    read_small_table,
+    recent_operations,
+)
 from sessionize_assets.resources.tables import FILTERED_EVENTS, INCREMENTAL_MANIFEST, SESSIONS
 from sessionize_assets.sessions.tables import MODEL_ORDER, TablePath
 from sessionize_assets.settings import Settings
@@ -120,14 +126,20 @@ def write_manifest(path: str, states: dict[str, ModelState]) -> None:
 
 def lake_state(settings: Settings, table_path: TablePath) -> LakeState:
     """What the Delta log and the manifest say before a run (for `core.run_limits.caught_up`):
-    the enabled models' manifest rows, filtered_events' version and its newest session timestamp
-    from the log's file statistics (rows without one count with their load_tstamp)."""
+    the enabled models' manifest rows, filtered_events' version, the latest version that changed
+    its data (after `maintain`'s OPTIMIZE and VACUUM commits, an earlier one) and its newest
+    session timestamp from the log's file statistics (rows without one count with their
+    load_tstamp)."""
     path = table_path(FILTERED_EVENTS)
     states = {m: s.consumed() for m, s in read_manifest(table_path).items()}
+    version = delta_version(path)
     return LakeState(
         models=enabled_models(settings),
         states=states,
-        version=delta_version(path),
+        version=version,
+        data_version=None
+        if version is None
+        else last_data_change(recent_operations(path), version),
         newest_session_tstamp=newest_value(
             path, settings.session_timestamp, for_nulls="load_tstamp"
         ),

@@ -32,3 +32,16 @@ def test_the_change_feed_needs_no_file_of_commits_that_change_no_data() -> None:
     assert first_data_change(ops, 0) == 4  # an earlier maintain's commits are skipped
     assert first_data_change(ops, 4) is None  # caught up
     assert first_data_change({**ops, 2: "WRITE"}, 0) == 2
+
+
+def test_the_last_data_change_skips_optimize_and_vacuum_commits() -> None:
+    from sessionize_assets.core.maintenance import last_data_change
+
+    history = [(12, "VACUUM END"), (11, "VACUUM START"), (10, "OPTIMIZE"), (9, "MERGE")]
+    assert last_data_change(history, 12) == 9
+    assert last_data_change([(12, "WRITE"), (11, "VACUUM END")], 12) == 12
+    # every commit read changed nothing: the one before them counts as a change (never later
+    # than the truth)
+    assert last_data_change([(12, "VACUUM END"), (11, "VACUUM START")], 12) == 10
+    assert last_data_change([], 5) == 5
+    assert last_data_change([(3, "DELETE")], 3) == 3

@@ -241,6 +241,29 @@ def test_nothing_new_only_when_every_model_consumed_everything(states, version, 
         assert "filtered_events v7" in reason and "no run" in reason
 
 
+IN_SYNC_AT_7 = {
+    "sessions": ("2021-03-01T09:00", 7, "2021-03-02"),
+    "users": ("2021-03-01T09:00", 7, "2021-03-02"),
+}
+
+
+@pytest.mark.parametrize(
+    ("version", "data_version", "skip"),
+    [
+        (9, 7, True),  # v8, v9: maintain's VACUUM START/END (no data): still nothing new
+        (9, 8, False),  # v8 changed data, not consumed
+        (9, 9, False),
+        (6, 6, False),  # consumed a version the table no longer has (replaced): run
+    ],
+)
+def test_commits_that_change_no_data_are_nothing_new(version, data_version, skip):
+    manifest = {m: _consumed(*values) for m, values in IN_SYNC_AT_7.items()}
+    reason = nothing_new(["sessions", "users"], manifest, version, NEWEST, data_version)
+    assert (reason is not None) == skip, reason
+    if skip:
+        assert "consumed filtered_events v7 (v8..v9 changed no data)" in reason
+
+
 # --- caught up? ---------------------------------------------------------------------------------
 
 IN_SYNC = {

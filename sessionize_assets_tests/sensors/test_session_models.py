@@ -8,7 +8,11 @@ import datetime as dt
 
 from dagster import DagsterInstance, SensorResult, build_sensor_context
 
+from sessionize_assets.commands.maintenance import maintain_home
+from sessionize_assets.core.maintenance import DELTA_MINIMUM_HOURS
+from sessionize_assets.home import Home
 from sessionize_assets.jobs import SESSIONS_LANE
+from sessionize_assets.resources.delta import delta_version
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.sensors.session_models import build_sensors
 from sessionize_assets_tests.sessions.support import (
@@ -76,11 +80,22 @@ def test_session_models_sensor(spark, home):
         "Nothing new for the session models: each consumed filtered_events v1"
     )
 
+    # `maintain` (VACUUM's START and END commits on filtered_events, OPTIMIZE on the others)
+    # changes no row: still nothing new, no run of the session models for an empty feed
+    maintain_home(Home(home), lambda: spark, vacuum_hours=DELTA_MINIMUM_HOURS)
+    assert delta_version(lake.table("filtered_events")) > 1
+    maintained = tick(sensor, instance, lake, second.cursor)
+    assert not maintained.run_requests
+    assert maintained.skip_reason.skip_message.startswith(
+        "Nothing new for the session models: each consumed filtered_events v1 (v2..v"
+    )
+
     # a new load day: requested again, with a new key
     write_load_day(spark, home, DAY0 + dt.timedelta(days=1), day_rows(DAY0 + dt.timedelta(days=1)))
     later = tick(sensor, instance, lake, second.cursor)
     (request,) = later.run_requests
-    assert request.run_key.startswith("session_models:v2:") and later.cursor == request.run_key
+    assert request.run_key.startswith("session_models:v") and later.cursor == request.run_key
+    assert request.run_key != second.cursor
 
     # the settings that built the models changed: skipped with the refusal, nothing requested
     changed = settings.replace(session_mode="gap")
