@@ -357,6 +357,50 @@ def id_sessions(
     return _numbered(sessions)
 
 
+def id_lifecycle_after_run(
+    memory: dict[str, Row],
+    rows: Iterable[Mapping[str, Any]],
+    settings: Settings,
+    upper_limit: dt.datetime,
+) -> None:
+    """id mode's lifecycle memory, one run at a time (issue 19: the memory is modelled, not read
+    from the product's manifest). `rows` are filtered_events as the run saw them; the run sees
+    the events with a session timestamp up to its window's `upper_limit`.
+
+    Every session with such an event is decided from its old row in `memory` (updated in place):
+    a quarantined row keeps its start (events before it or past its cap are left out), otherwise
+    the start is the first event; quarantined once an event is at or past start +
+    max_session_days; the end is least(start + max_session_days, latest event), a quarantined
+    row's its cap (its frozen span [start, start + max_session_days]); the user is the
+    old row's, else the largest user among the events kept. A session left with no event kept
+    keeps its old row. Deciding a session the run did not touch changes nothing (its events and
+    old row are the ones its last decision saw), so every visible session is decided."""
+    upper = micros(upper_limit)
+    events = [e for e in _usable(rows, settings, settings.session_identifier) if e["ts"] <= upper]
+    events = _dedupe(events, lambda e: (e["session"], e["event_id"]))
+    cap_micros = settings.max_session_days * DAY_MICROS
+    per_session: dict[str, list[Row]] = defaultdict(list)
+    for e in events:
+        per_session[e["session"]].append(e)
+    for sid, mine in per_session.items():
+        known = memory.get(sid)
+        frozen = bool(known and known["is_quarantined"])
+        start = micros(known["start_tstamp"]) if frozen else min(e["ts"] for e in mine)
+        cap = start + cap_micros
+        latest = max(e["ts"] for e in mine)
+        kept = [e for e in mine if e["ts"] <= cap and not (frozen and e["ts"] < start)]
+        if not kept:
+            continue
+        users_seen = [e["user"] for e in kept if e["user"] is not None]
+        memory[sid] = {
+            "user_identifier": (known or {}).get("user_identifier")
+            or (max(users_seen) if users_seen else None),
+            "start_tstamp": from_micros(start),
+            "end_tstamp": from_micros(cap if frozen else min(cap, latest)),
+            "is_quarantined": frozen or latest >= cap,
+        }
+
+
 def users(sessions: Iterable[Mapping[str, Any]]) -> list[Row]:
     """One row per non-null user of the sessions."""
     per_user: dict[str, list[Mapping[str, Any]]] = defaultdict(list)

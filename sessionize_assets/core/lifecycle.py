@@ -11,9 +11,11 @@ cases:
 | `open` | not quarantined | its first event (a late event may move it earlier) | same | same |
 | `frozen` | quarantined | the old start, frozen | always | it is before the start or past the cap (`quarantined session`) |
 
-In every case the end is Snowplow's `least(start + max_session_days, latest event)` over all the
-session's events (so a session with an event past the cap ends exactly at the cap, not at its
-last event within it), and the user is the old row's (first seen) when it has one, else the
+The end is Snowplow's `least(start + max_session_days, latest event)` over all the session's
+events (so a session with an event past the cap ends exactly at the cap, not at its last event
+within it); a frozen session's span stays [start, start + max_session_days] (it was quarantined
+by an event at or past that cap, and the events past it are never read again: the end is the
+cap, not the last event within it, session 15), and the user is the old row's (first seen) when it has one, else the
 largest user identifier among the events kept. This is id mode's rule;
 `core.sessionize.sessionize_by_id` is its Spark form, built from the same cases, and the two are
 checked against each other on one table of cases (`test_lifecycle.py`). Gap mode's rows are the
@@ -144,7 +146,8 @@ def next_lifecycle(
     row = LifecycleRow(
         user_identifier=session_user(old, [e.user for e in kept]),
         start_tstamp=start,
-        end_tstamp=min(cap, max(times)),  # Snowplow: least(start + cap, max tstamp)
+        # Snowplow: least(start + cap, max tstamp); a frozen span ends at its cap
+        end_tstamp=cap if case == Case.FROZEN else min(cap, max(times)),
         is_quarantined=is_quarantined(case, max(times), cap),
     )
     return Decision(case, row, reasons)

@@ -331,8 +331,11 @@ def sessionize_by_id(
         .withColumn("_cap", _plus_micros(LC_START, settings.max_session_days * MICROS_PER_DAY))
         # is_quarantined: frozen, or an event at or past the cap
         .withColumn("_quarantined", frozen | (F.max(SESSION_TS).over(session) >= cap))
-        # the end: least(start + cap, the latest event), over every event (Snowplow's rule)
-        .withColumn("_end", F.least(cap, F.max(SESSION_TS).over(session)))
+        # the end: least(start + cap, the latest event), over every event (Snowplow's rule); a
+        # frozen span ends at its cap (its events past the cap are not read: id_read_ranges)
+        .withColumn(
+            "_end", F.when(frozen, cap).otherwise(F.least(cap, F.max(SESSION_TS).over(session)))
+        )
         # event_reason
         .withColumn(
             REASON,

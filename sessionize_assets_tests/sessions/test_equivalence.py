@@ -36,6 +36,7 @@ from sessionize_assets_tests.sessions.support import (
 )
 
 START = dt.datetime(2021, 3, 1, tzinfo=dt.UTC)
+LIFECYCLE_COMPARED = ["user_identifier", "start_tstamp", "end_tstamp", "is_quarantined"]
 FINAL_NOW = dt.datetime(2021, 3, 14, tzinfo=dt.UTC)
 LAST_EVENT = dt.datetime(2021, 3, 9, tzinfo=dt.UTC)
 
@@ -68,9 +69,12 @@ def random_history(rng: random.Random, mode: str):
             loaded = clock + dt.timedelta(days=late_days, minutes=rng.randrange(1, 30))
             collector = loaded if late_days and rng.random() < 0.5 else clock
             sid = f"{user}-s{session}" if rng.random() > 0.05 else None
+            # id mode: now and then another user within the session (a shared device, a
+            # login), so a session's first-seen user can differ from its largest
+            who = f"{user}-2" if mode == "id" and rng.random() < 0.15 else user
             row = event(
                 clock,
-                user,
+                who,
                 sid,
                 collector=collector,
                 loaded=loaded,
@@ -128,6 +132,7 @@ def test_caught_up_sessions_equal_a_full_recompute(spark, tmp_path_factory, mode
         session_models=["sessions", "users", "user_session_stats"],
     )
     loaded: dict[dt.date, list[dict]] = {}  # filtered_events as the steps leave it, in Python
+    memory: dict[str, dict] = {}  # id mode: the reference's lifecycle memory, run by run
     for step in random_history(rng, mode):
         if step[0] == "load":
             write_load_days(spark, home, step[1])
@@ -141,8 +146,11 @@ def test_caught_up_sessions_equal_a_full_recompute(spark, tmp_path_factory, mode
                 d: [r for r in rows if r["domain_userid"] != step[2]] for d, rows in loaded.items()
             }
         else:
-            run(spark, home, s, step[1])
+            outcome = run(spark, home, s, step[1])
+            remember(memory, loaded, s, outcome)
     runs = run_until_caught_up(spark, home, s, FINAL_NOW)
+    for outcome in runs:
+        remember(memory, loaded, s, outcome)
     assert runs[-1].limits.reaches(FINAL_NOW) or not runs[-1].moved  # nothing newer waits
     config = write_settings(home, s)
     lake = LakeResource(home=str(home), config_file=str(config), now=FINAL_NOW.isoformat())
@@ -151,13 +159,22 @@ def test_caught_up_sessions_equal_a_full_recompute(spark, tmp_path_factory, mode
     assert report.ok, "\n".join(report.lines())
     # The independent oracle (issue 19): the same tables from scratch, in plain Python, out of the
     # rows the steps left in filtered_events (sessionize_assets_tests/reference_model.py).
-    problems = reference_differences(home, s, [r for rows in loaded.values() for r in rows])
+    problems = reference_differences(home, s, [r for rows in loaded.values() for r in rows], memory)
     assert not problems, "\n".join(problems)
 
 
-def reference_differences(home, settings, rows: list[dict]) -> list[str]:
-    """The sessions, users, user_session_stats (and in gap mode lifecycle) tables against the
-    reference model's."""
+def remember(memory: dict, loaded: dict, settings, outcome) -> None:
+    """id mode: the reference's lifecycle memory after one run of the session models (on the rows
+    filtered_events held during it, up to the run's window)."""
+    if settings.session_mode == "id":
+        rows = [r for day_rows in loaded.values() for r in day_rows]
+        reference.id_lifecycle_after_run(memory, rows, settings, outcome.limits.upper_limit)
+
+
+def reference_differences(home, settings, rows: list[dict], memory: dict) -> list[str]:
+    """The sessions, users, user_session_stats and lifecycle tables against the reference
+    model's (id mode: with the first-seen users and frozen quarantines the reference remembered
+    run by run, `memory`)."""
     table = Home(home).table
     if settings.session_mode == "gap":
         sessions = reference.gap_sessions(rows, settings)
@@ -169,14 +186,17 @@ def reference_differences(home, settings, rows: list[dict]) -> list[str]:
             key=["session_identifier"],
         )
     else:
-        # id mode: first-seen users and frozen quarantines are the lifecycle manifest's memory,
-        # taken as given (SPEC section 6); everything else is recomputed.
-        known = {
-            r["session_identifier"]: r
-            for r in reference.delta_rows(table("sessions_lifecycle_manifest"))
-        }
-        sessions = reference.id_sessions(rows, settings, known)
-        problems = []
+        # id mode: first-seen users and frozen quarantines are the lifecycle's memory, which the
+        # reference kept itself, run by run (not read from the product's manifest).
+        sessions = reference.id_sessions(rows, settings, memory)
+        problems = reference.differences(
+            "sessions_lifecycle_manifest",
+            reference.delta_rows(
+                table("sessions_lifecycle_manifest"), [*LIFECYCLE_COMPARED, "session_identifier"]
+            ),
+            [{"session_identifier": sid, **row} for sid, row in memory.items()],
+            key=["session_identifier"],
+        )
     problems += reference.differences(
         "sessions", reference.delta_rows(table("sessions")), sessions, key=["session_identifier"]
     )
