@@ -51,7 +51,7 @@ case "$command" in
   test)
     setup
     lint=0
-    "$venv/bin/ruff" check sessionize_assets sessionize_assets_tests benchmarks || lint=$?
+    "$venv/bin/ruff" check sessionize_assets sessionize_assets_tests benchmarks scripts || lint=$?
     if ! command -v chromium >/dev/null 2>&1 && [ ! -x /usr/bin/chromium ]; then
       echo "note: no Chromium here (Debian's chromium package): the browser test is skipped" >&2
     fi
