@@ -3,15 +3,21 @@ maintain` does (run in-process on a real home)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 from pathlib import Path
 
 from dagster import DagsterInstance, DefaultScheduleStatus
 
+from sessionize_assets.cli import main
 from sessionize_assets.commands.maintenance import files_on_disk
 from sessionize_assets.definitions import build_definitions
 from sessionize_assets.home import Home
+from sessionize_assets.ingest.load_days import events_fingerprints
 from sessionize_assets.schedules import MAINTENANCE_CRON, TABLE_MAINTENANCE_JOB
+from sessionize_assets.time_based.state import read_state
+from sessionize_assets.time_based.tables import TimeBasedTables
+from sessionize_assets_tests.conftest import TWO_DAYS_START, cli_now
 
 
 def test_the_maintenance_schedule_is_weekly_and_off_until_turned_on(tmp_path):
@@ -25,8 +31,22 @@ def test_the_maintenance_schedule_is_weekly_and_off_until_turned_on(tmp_path):
 def test_the_maintenance_job_compacts_and_vacuums_a_home(two_days, tmp_path):
     home = tmp_path / "home"
     shutil.copytree(two_days[0], home)
+    # Load day 3 lands as two files (two loads' worth of files in one load day, which a
+    # compaction would merge), and waits for the next run.
+    (landing,) = (two_days[1] / f"load_date={TWO_DAYS_START + dt.timedelta(days=2)}").iterdir()
+    header, *lines = landing.read_text().splitlines(keepends=True)
+    halves = tmp_path / "landing"
+    halves.mkdir()
+    for n, part in enumerate((lines[: len(lines) // 2], lines[len(lines) // 2 :])):
+        (halves / f"part{n}{landing.suffix}").write_text(header + "".join(part))
+    load = [str(halves), "--load-tstamp-from", "load_tstamp"]
+    assert main(["--home", str(home), *cli_now(4), "load", *load]) == 0
     warehouse = Path(Home(home).warehouse)
     before = sum(files_on_disk(t) for t in warehouse.iterdir())
+    tables = TimeBasedTables.at(Home(home).table)
+    pending = read_state(tables).pending_load_days()
+    assert pending == [TWO_DAYS_START + dt.timedelta(days=2)]
+    _, fingerprints = events_fingerprints(tables.events)
     defs = build_definitions(home)
     result = defs.get_job_def(TABLE_MAINTENANCE_JOB).execute_in_process(
         run_config={"ops": {"maintain_tables": {"config": {"vacuum_hours": 0}}}},
@@ -39,6 +59,11 @@ def test_the_maintenance_job_compacts_and_vacuums_a_home(two_days, tmp_path):
     )
     assert any("unreferenced file(s)" in line for line in lines)
     assert sum(files_on_disk(t) for t in warehouse.iterdir()) < before
+    # Nothing looks new to the next run: `events` keeps its files (a load day's files are its
+    # fingerprint; compacted, every load day would be redone), so only day 3 is pending.
+    assert events_fingerprints(tables.events)[1] == fingerprints
+    assert read_state(tables).pending_load_days() == pending
+    assert any(line.startswith("events: ") and "kept as written" in line for line in lines)
 
 
 def test_a_maintenance_run_is_refused_while_a_command_holds_the_home(two_days, tmp_path):
