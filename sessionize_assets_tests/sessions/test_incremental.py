@@ -365,3 +365,39 @@ def test_a_changed_setting_stops_the_run_and_a_refresh_rebuilds_under_the_new_on
     assert ids_now and not ids_now & {r[0] for r in built_by_id}
     run(spark, home, after, now)  # the manifest records the new definition: no refusal
     assert verify_sessions(lake_for(home, after, now), spark).ok
+
+
+def test_a_late_event_within_a_gap_of_two_chains_merges_them_both(spark, tmp_path):
+    """Gap mode: chains A (09:00-09:05) and B (10:00-10:10), gap 30 minutes; a late event at
+    09:32 is 27 minutes after A and 28 before B, overlapping neither: the run must re-read both
+    neighbours and make one session of the three (the chains that narrow the re-read range are
+    those within a gap of the change, not only those overlapping it)."""
+    from sessionize_assets_tests import reference_model as reference
+
+    settings = make_settings(
+        start_date=DAY0.isoformat(), session_mode="gap", session_gap_minutes=30
+    )
+    day = dt.datetime.combine(DAY0, dt.time(), tzinfo=dt.UTC)
+    at = [dt.timedelta(hours=9, minutes=m) for m in (0, 5)]
+    at += [dt.timedelta(hours=10, minutes=m) for m in (0, 10)]
+    first = [event(day + t, "u", loaded=day + t + dt.timedelta(minutes=1)) for t in at]
+    home = tmp_path / "home"
+    home.mkdir()
+    write_load_day(spark, home, DAY0, first)
+    run_until_caught_up(spark, home, settings, "2021-01-02T00:00:00")
+    assert len(reference.delta_rows(Home(home).table("sessions"))) == 2
+    late_day = DAY0 + dt.timedelta(days=1)
+    late = event(day + dt.timedelta(hours=9, minutes=32), "u", loaded="2021-01-02T06:00:00")
+    write_load_day(spark, home, late_day, [late])
+    run_until_caught_up(spark, home, settings, "2021-01-03T00:00:00")
+    stored = reference.delta_rows(Home(home).table("sessions"))
+    assert [(s["start_tstamp"], s["end_tstamp"], s["total_events"]) for s in stored] == [
+        (day + dt.timedelta(hours=9), day + dt.timedelta(hours=10, minutes=10), 5)
+    ]
+    problems = reference.differences(
+        "sessions",
+        stored,
+        reference.gap_sessions([*first, late], settings),
+        key=["session_identifier"],
+    )
+    assert not problems, "\n".join(problems)
