@@ -88,7 +88,13 @@ BUGS = [
         "sessionize_assets/core/sessionize.py",
         '& (F.col("_chain_hi") >= F.col("_lo") - F.lit(gap))',
         '& (F.col("_chain_hi") >= F.col("_lo") - F.lit(gap // 2))',
-        SESSIONS,
+        # The random histories miss it (the run window's look-back re-reads recent chains anyway);
+        # the targeted test moves the window past them first.
+        [
+            *SESSIONS,
+            "sessionize_assets_tests/sessions/test_incremental.py"
+            "::test_a_late_event_within_a_gap_of_two_chains_merges_them_both",
+        ],
     ),
     Bug(
         "cap-one-day-late",

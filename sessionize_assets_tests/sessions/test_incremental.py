@@ -371,7 +371,9 @@ def test_a_late_event_within_a_gap_of_two_chains_merges_them_both(spark, tmp_pat
     """Gap mode: chains A (09:00-09:05) and B (10:00-10:10), gap 30 minutes; a late event at
     09:32 is 27 minutes after A and 28 before B, overlapping neither: the run must re-read both
     neighbours and make one session of the three (the chains that narrow the re-read range are
-    those within a gap of the change, not only those overlapping it)."""
+    those within a gap of the change, not only those overlapping it). Another user's activity
+    two days later moves the run window past A and B, so only the change feed brings the late
+    event and nothing else re-reads A or B."""
     from sessionize_assets_tests import reference_model as reference
 
     settings = make_settings(
@@ -381,23 +383,29 @@ def test_a_late_event_within_a_gap_of_two_chains_merges_them_both(spark, tmp_pat
     at = [dt.timedelta(hours=9, minutes=m) for m in (0, 5)]
     at += [dt.timedelta(hours=10, minutes=m) for m in (0, 10)]
     first = [event(day + t, "u", loaded=day + t + dt.timedelta(minutes=1)) for t in at]
+    later = day + dt.timedelta(days=2, hours=12)
+    other = [event(later, "v", loaded=later + dt.timedelta(minutes=1))]
     home = tmp_path / "home"
     home.mkdir()
     write_load_day(spark, home, DAY0, first)
-    run_until_caught_up(spark, home, settings, "2021-01-02T00:00:00")
-    assert len(reference.delta_rows(Home(home).table("sessions"))) == 2
-    late_day = DAY0 + dt.timedelta(days=1)
-    late = event(day + dt.timedelta(hours=9, minutes=32), "u", loaded="2021-01-02T06:00:00")
-    write_load_day(spark, home, late_day, [late])
-    run_until_caught_up(spark, home, settings, "2021-01-03T00:00:00")
+    write_load_day(spark, home, DAY0 + dt.timedelta(days=2), other)
+    run_until_caught_up(spark, home, settings, "2021-01-04T00:00:00")
+    mine = [
+        s for s in reference.delta_rows(Home(home).table("sessions")) if s["user_identifier"] == "u"
+    ]
+    assert len(mine) == 2
+    late = event(day + dt.timedelta(hours=9, minutes=32), "u", loaded="2021-01-04T06:00:00")
+    write_load_day(spark, home, DAY0 + dt.timedelta(days=3), [late])
+    run_until_caught_up(spark, home, settings, "2021-01-05T00:00:00")
     stored = reference.delta_rows(Home(home).table("sessions"))
-    assert [(s["start_tstamp"], s["end_tstamp"], s["total_events"]) for s in stored] == [
+    mine = [s for s in stored if s["user_identifier"] == "u"]
+    assert [(s["start_tstamp"], s["end_tstamp"], s["total_events"]) for s in mine] == [
         (day + dt.timedelta(hours=9), day + dt.timedelta(hours=10, minutes=10), 5)
     ]
     problems = reference.differences(
         "sessions",
         stored,
-        reference.gap_sessions([*first, late], settings),
+        reference.gap_sessions([*first, *other, late], settings),
         key=["session_identifier"],
     )
     assert not problems, "\n".join(problems)
