@@ -15,8 +15,8 @@ The end is Snowplow's `least(start + max_session_days, latest event)` over all t
 events (so a session with an event past the cap ends exactly at the cap, not at its last event
 within it); a frozen session's span stays [start, start + max_session_days] (it was quarantined
 by an event at or past that cap, and the events past it are never read again: the end is the
-cap, not the last event within it, session 15), and the user is the old row's (first seen) when it has one, else the
-largest user identifier among the events kept. This is id mode's rule;
+cap, not the last event within it, session 15). The user is the old row's (first seen) when it
+has one, else the largest user identifier among the events kept. This is id mode's rule;
 `core.sessionize.sessionize_by_id` is its Spark form, built from the same cases, and the two are
 checked against each other on one table of cases (`test_lifecycle.py`). Gap mode's rows are the
 computed sessions themselves (chains cut at fixed boundaries; no old row is used).
