@@ -35,8 +35,8 @@ from sessionize_assets.core.planning import (
     last_started_day,
     load_day_runs,
     next_load_days,
-    reached_load_days,
     ready_event_days,
+    redo_cascade,
 )
 from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE
 from sessionize_assets.jobs import TIME_BASED_LANE
@@ -153,28 +153,24 @@ def _aggregate_outstanding(runner: _Runner, today: dt.date) -> tuple[list[dt.dat
 
 
 def _redo_reached(
-    runner: _Runner, processed: Sequence[dt.date], known: set[dt.date], latest: dt.date
+    runner: _Runner,
+    processed: Sequence[dt.date],
+    left_for_later: set[dt.date],
+    latest: dt.date,
 ) -> list[dt.date]:
     """Redo the later, processed load days that a change to `processed` reached through
-    duplicates, then those the redone days reach in turn, until none is left (each day once:
-    `known` grows). Returns the days redone, in order."""
-    settings, done = runner.settings, list(processed)
-    redone: list[dt.date] = []
-    while True:
-        state = read_state(_tables(runner.lake))
-        reached = reached_load_days(
-            state.pending_load_days(settings.start_date),
-            done,
-            known,
-            settings.dedupe_lookback_days,
-            latest,
-        )
-        if not reached:
-            return redone
-        runner.load_days(reached, set(state.pending_filtered()))
-        redone += reached
-        done += reached
-        known |= set(reached)
+    duplicates, and what those redos reach in turn (`planning.redo_cascade`)."""
+    settings = runner.settings
+
+    def pending_now() -> list[dt.date]:
+        return read_state(_tables(runner.lake)).pending_load_days(settings.start_date)
+
+    def redo(days: list[dt.date]) -> None:
+        runner.load_days(days, set(read_state(_tables(runner.lake)).pending_filtered()))
+
+    return redo_cascade(
+        pending_now, redo, processed, left_for_later, settings.dedupe_lookback_days, latest
+    )
 
 
 # ------------------------------------------------------------------------------------- run
@@ -229,10 +225,11 @@ def run_time_based(
         state.load_window(settings, now), pending, settings.backfill_limit_days, now
     )
     report = TimeBasedRunReport(plan=plan)
-    known = set(pending)
+    # Pending days this run does not take (run limits) stay for the next run, even if reached.
+    left_for_later = set(pending) - set(plan.load_days)
     runner.load_days(plan.load_days, set(state.pending_filtered()))
     report.load_days = list(plan.load_days)
-    report.reached = _redo_reached(runner, plan.load_days, known, last_started_day(now))
+    report.reached = _redo_reached(runner, plan.load_days, left_for_later, last_started_day(now))
     report.event_days, report.waiting = _aggregate_outstanding(runner, now.date())
     state = read_state(_tables(lake))
     changed = bool(report.load_days or report.event_days)
@@ -367,7 +364,8 @@ def redo_load_days_time_based(
     report = TimeBasedRedoReport(load_days=sorted(days))
     if report.load_days:
         runner.load_days(report.load_days, set(report.load_days))
-        report.reached = _redo_reached(runner, report.load_days, set(report.load_days), now.date())
+        # A day of `days` reached again by a redo between them is redone again (`redo_cascade`).
+        report.reached = _redo_reached(runner, report.load_days, set(), now.date())
     report.event_days, report.waiting = _aggregate_outstanding(runner, now.date())
     state = read_state(_tables(lake))
     if finish_due(state.daily_aggregates_version is not None, bool(report.load_days), False):

@@ -9,7 +9,8 @@ materialize the same plan in-process), so both drivers take on the same days in 
    partitions, split where the need changes (filtered_events + days_to_process, or only
    days_to_process when filtered_events already consumed the day's files).
 3. Load days a change reached: `reached_load_days` — later, already processed load days that
-   became pending because their duplicates were reached (within `dedupe_lookback_days`).
+   became pending because their duplicates were reached (within `dedupe_lookback_days`);
+   `redo_cascade` redoes them, and what their redo reaches in turn, to the end.
 4. Event days: `ready_event_days` — the outstanding event days (decided "process" after their
    last aggregation) that are partitions by now, and those that must wait (clock skew).
 5. Attributes and the manifest: `finish_due`.
@@ -20,7 +21,7 @@ The session branch's "caught up" rule is `core.run_limits.caught_up`.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sessionize_assets.core.clock import midnight
@@ -108,6 +109,43 @@ def reached_load_days(
     reach_end = last + dt.timedelta(days=dedupe_lookback_days)
     return sorted(
         d for d in set(pending) if d not in known and first < d <= reach_end and d <= latest
+    )
+
+
+def redo_cascade(
+    pending_now: Callable[[], Iterable[dt.date]],
+    redo: Callable[[list[dt.date]], None],
+    processed: Sequence[dt.date],
+    left_for_later: Collection[dt.date],
+    dedupe_lookback_days: int,
+    latest: dt.date,
+) -> list[dt.date]:
+    """Redo (`redo(days)`, ascending) the load days that processing `processed` reached through
+    duplicates (`reached_load_days`, read from `pending_now()`), then those the redone days reach
+    in turn, until none is left. Returns every day redone, in order (a day may come twice).
+
+    A day is redone again when a day redone after it reaches it again: a run processes load days
+    4, 6 and 7, day 4's new rows reach day 5, and redoing 5 reaches 6 once more (found by a random
+    history). Days in `left_for_later` (pending before this run and not taken by it: run limits)
+    stay for a later run. It ends: redoing day X marks only days after X, so the earliest pending
+    day moves later every round; more rounds than days in reach means that no longer holds."""
+    if not processed:
+        return []
+    redone: list[dt.date] = []
+    done = list(processed)
+    rounds = (latest - min(processed)).days + 2
+    for _ in range(max(rounds, 1)):
+        reached = reached_load_days(
+            pending_now(), done, left_for_later, dedupe_lookback_days, latest
+        )
+        if not reached:
+            return redone
+        redo(reached)
+        redone += reached
+        done += reached
+    raise RuntimeError(
+        f"redoing the load days reached by duplicates did not settle after {rounds} rounds "
+        f"(redone: {', '.join(d.isoformat() for d in redone)}); this is a bug, please report it"
     )
 
 

@@ -15,6 +15,7 @@ from sessionize_assets.core.planning import (
     next_load_days,
     reached_load_days,
     ready_event_days,
+    redo_cascade,
 )
 
 START = dt.date(2024, 3, 1)
@@ -136,3 +137,38 @@ def test_ready_event_days_splits_at_today() -> None:
 )
 def test_finish_due(has_aggregates, changed, stale, expected) -> None:
     assert finish_due(has_aggregates, changed, stale) is expected
+
+
+class _Marks:
+    """A plain-Python stand-in for the processing manifest's pending load days: redoing a day
+    clears it and marks the later days its duplicates reach (`reaches`)."""
+
+    def __init__(self, pending: set[dt.date], reaches: dict[dt.date, list[dt.date]]) -> None:
+        self.pending, self.reaches, self.redone = set(pending), reaches, []
+
+    def redo(self, days: list[dt.date]) -> None:
+        for day in days:
+            self.redone.append(day)
+            self.pending.discard(day)
+            self.pending |= set(self.reaches.get(day, []))
+
+
+def test_redo_cascade_redoes_a_day_again_when_a_later_redo_reaches_it() -> None:
+    # Found by a random history: the run processed 4, 6 and 7; 4's new rows reached 5, and
+    # redoing 5 reached 6 again (6 had been processed before 5). Both must be redone.
+    marks = _Marks({d(5)}, {d(5): [d(6)]})
+    redone = redo_cascade(lambda: marks.pending, marks.redo, [d(4), d(6), d(7)], set(), 2, d(8))
+    assert redone == [d(5), d(6)] and marks.pending == set()
+
+
+def test_redo_cascade_leaves_days_left_for_later_and_days_past_latest() -> None:
+    marks = _Marks({d(5), d(6)}, {d(5): [d(9)]})
+    redone = redo_cascade(lambda: marks.pending, marks.redo, [d(4)], {d(6)}, 5, d(8))
+    assert redone == [d(5)] and marks.pending == {d(6), d(9)}
+
+
+def test_redo_cascade_stops_with_a_sentence_when_redos_do_not_settle() -> None:
+    # A redo that marks its own day again would loop for ever; the bound turns it into an error.
+    marks = _Marks({d(5)}, {d(5): [d(5)]})
+    with pytest.raises(RuntimeError, match="did not settle"):
+        redo_cascade(lambda: marks.pending, marks.redo, [d(4)], set(), 2, d(8))
