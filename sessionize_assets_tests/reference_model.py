@@ -357,6 +357,21 @@ def id_sessions(
     return _numbered(sessions)
 
 
+def visible_to_run(
+    rows: Iterable[Mapping[str, Any]], settings: Settings, upper_limit: dt.datetime
+) -> list[Mapping[str, Any]]:
+    """The rows a run of the session models with window upper limit `upper_limit` sessionizes:
+    those whose session timestamp (else load time) is at or before it."""
+    upper = micros(upper_limit)
+    out = []
+    for r in rows:
+        ts = r.get(settings.session_timestamp)
+        ts = micros(ts if ts is not None else r.get("load_tstamp"))
+        if ts is not None and ts <= upper:
+            out.append(r)
+    return out
+
+
 def id_lifecycle_after_run(
     memory: dict[str, Row],
     rows: Iterable[Mapping[str, Any]],
@@ -480,10 +495,20 @@ def gap_lifecycle(sessions: Iterable[Mapping[str, Any]]) -> list[Row]:
 # --- comparing with the lake ---------------------------------------------------------------------
 
 
-def delta_rows(path: str, columns: Sequence[str] | None = None) -> list[Row]:
-    """A Delta table's rows as dicts (delta-rs: no Spark job), timestamps as aware UTC."""
+def delta_rows(
+    path: str, columns: Sequence[str] | None = None, missing_is_empty: bool = False
+) -> list[Row]:
+    """A Delta table's rows as dicts (delta-rs: no Spark job), timestamps as aware UTC.
+    `missing_is_empty`: a table not created yet has no rows (a comparison with a reference that
+    expects rows still fails)."""
     from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
 
+    if missing_is_empty:
+        try:
+            DeltaTable(path)
+        except TableNotFoundError:
+            return []
     table = DeltaTable(path).to_pyarrow_table(columns=list(columns) if columns else None)
     return [normalize(r) for r in table.to_pylist()]
 

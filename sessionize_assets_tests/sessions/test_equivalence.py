@@ -5,7 +5,9 @@ Each seed (`sessionize_assets_tests/seeds.py`: fresh every run, shown in the tes
 replayed with SESSIONIZE_SEEDS) is one random history with every kind of change in it -- late events
 (by collector time and by session timestamp only), duplicates loaded again later, load days
 written out of order, a load day re-materialized with rows removed and added, a user's events
-deleted -- interleaved with incremental runs, then caught up and compared with `verify_sessions`
+deleted -- interleaved with incremental runs. After every run that moved, sessions, users,
+user_session_stats and the lifecycle manifest are compared with the reference on the rows the run
+could see (session timestamp up to its window's upper limit); once caught up, also with `verify_sessions`
 (the same full recompute the CLI's `verify` runs) and with the independent plain-Python
 reference model (`sessionize_assets_tests/reference_model.py`, docs/testing.md), which sees bugs in
 the rules themselves that `verify`, sharing the product's functions, cannot. Examples are few and
@@ -133,6 +135,7 @@ def test_caught_up_sessions_equal_a_full_recompute(spark, tmp_path_factory, mode
     )
     loaded: dict[dt.date, list[dict]] = {}  # filtered_events as the steps leave it, in Python
     memory: dict[str, dict] = {}  # id mode: the reference's lifecycle memory, run by run
+    compared = 0  # runs whose tables were compared with the reference
     for step in random_history(rng, mode):
         if step[0] == "load":
             write_load_days(spark, home, step[1])
@@ -148,9 +151,14 @@ def test_caught_up_sessions_equal_a_full_recompute(spark, tmp_path_factory, mode
         else:
             outcome = run(spark, home, s, step[1])
             remember(memory, loaded, s, outcome)
+            compared += compare_after_run(
+                home, s, loaded, memory, outcome, f"after the run as of {step[1]}"
+            )
     runs = run_until_caught_up(spark, home, s, FINAL_NOW)
     for outcome in runs:
         remember(memory, loaded, s, outcome)
+        compared += compare_after_run(home, s, loaded, memory, outcome, "while catching up")
+    assert compared >= 3  # the two runs mid-history and the first catching up moved
     assert runs[-1].limits.reaches(FINAL_NOW) or not runs[-1].moved  # nothing newer waits
     config = write_settings(home, s)
     lake = LakeResource(home=str(home), config_file=str(config), now=FINAL_NOW.isoformat())
@@ -161,6 +169,18 @@ def test_caught_up_sessions_equal_a_full_recompute(spark, tmp_path_factory, mode
     # rows the steps left in filtered_events (sessionize_assets_tests/reference_model.py).
     problems = reference_differences(home, s, [r for rows in loaded.values() for r in rows], memory)
     assert not problems, "\n".join(problems)
+
+
+def compare_after_run(home, settings, loaded: dict, memory: dict, outcome, when: str) -> bool:
+    """After every run of the history, not only the last (issue 19): the tables equal the
+    reference's on the rows filtered_events held, up to the run's window."""
+    if not outcome.moved:
+        return False
+    rows = [r for day_rows in loaded.values() for r in day_rows]
+    visible = reference.visible_to_run(rows, settings, outcome.limits.upper_limit)
+    problems = reference_differences(home, settings, visible, memory)
+    assert not problems, f"{when}:\n" + "\n".join(problems)
+    return True
 
 
 def remember(memory: dict, loaded: dict, settings, outcome) -> None:
