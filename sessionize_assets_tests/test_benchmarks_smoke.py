@@ -494,7 +494,7 @@ def test_benchmark_end_to_end(tmp_path: Path) -> None:
             "--days",
             "2",
             "--events-per-day",
-            "20000",
+            "5000",
             "--history",
             "",
             "--out",

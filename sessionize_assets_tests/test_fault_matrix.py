@@ -4,9 +4,10 @@ then the same command again with no manual step, gives every table of a process 
 killed, and `verify` passes.
 
 CI runs the points in `CI_POINTS` (one per kind of damage: a load cut between its tables, the
-time-based branch cut between its tables, the session branch cut between its tables and before
-its manifest, the processing manifest cut right after a lock, the session step killed with all its
-tables written and its lock still held). `SESSIONIZE_FAULT_MATRIX=all` runs
+time-based branch cut between its tables, the session branch cut before its manifest, the
+processing manifest cut right after a lock; session 16 left out the session branch cut between
+its tables and the session step killed with its lock held, to keep CI within its time: they stay
+in `ALL_POINTS`). `SESSIONIZE_FAULT_MATRIX=all` runs
 every point in `ALL_POINTS` (for the benchmark machine). Each point prints how long the healing
 command took (`pytest -s` shows it). The last test kills a run from outside, at no fail point, while
 it holds a lock, and checks that the next run abandons that lock by itself.
@@ -48,10 +49,8 @@ LOADED = (EVENTS, INVALID_EVENTS, LOAD_LOG)
 CI_POINTS = [
     ("load", "after-commit:events"),
     ("run", "after-commit:filtered_events"),
-    ("run", "after-commit:sessions"),
     ("run", "before-commit:incremental_manifest"),
     ("run", "after-commit:processing_manifest"),
-    ("run", "step-end:session_models"),
 ]
 # Every step boundary (faults.step_of) of the run's assets, both sides.
 STEP_POINTS = [
@@ -70,6 +69,7 @@ ALL_POINTS = (
     CI_POINTS
     + [p for p in STEP_POINTS if p not in CI_POINTS]
     + [
+        ("run", "after-commit:sessions"),
         ("load", "after-commit:invalid_events"),
         ("load", "before-commit:load_log"),
         ("run", "after-commit:days_to_process"),
