@@ -102,7 +102,8 @@ def pytest_configure(config: pytest.Config) -> None:
     ensure_seed_base()
 
 
-# Seconds each of the slowest test files took in one full run on 2 cores (session 16). The
+# Seconds each of the slowest test files took in one full run on 2 cores (session 16; the fault
+# matrix's and the benchmark smoke test's scaled down for their cuts that session). The
 # test command distributes whole files to two processes in collection order
 # (`--dist loadfile --no-loadscope-reorder`, scripts/dev.sh): the longest go first, so the short
 # ones fill in at the end and neither process waits long for the other (pytest-xdist's own
