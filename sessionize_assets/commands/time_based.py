@@ -161,12 +161,14 @@ def _redo_reached(
     """Redo the later, processed load days that a change to `processed` reached through
     duplicates, and what those redos reach in turn (`planning.redo_cascade`)."""
     settings = runner.settings
+    read: list[TimeBasedState] = []  # the state each round read, which its redo uses too
 
     def pending_now() -> list[dt.date]:
-        return read_state(_tables(runner.lake)).pending_load_days(settings.start_date)
+        read[:] = [read_state(_tables(runner.lake))]
+        return read[0].pending_load_days(settings.start_date)
 
     def redo(days: list[dt.date]) -> None:
-        runner.load_days(days, set(read_state(_tables(runner.lake)).pending_filtered()))
+        runner.load_days(days, set(read[0].pending_filtered()))
 
     return redo_cascade(
         pending_now, redo, processed, left_for_later, settings.dedupe_lookback_days, latest
@@ -320,6 +322,8 @@ def backfill_time_based(
             checkpoint(cursor, runner.run_ids[-1] if runner.run_ids else None)
     last = min(end, now.date())
     if config is not None and first <= last:
+        # The cascade leaves the range's own days alone (a resumed backfill's finished windows
+        # stay finished); the windows redid them in order, so none is reached again.
         report.reached = _redo_reached(
             runner, [first, last], set(days_between(first, last)), now.date()
         )
