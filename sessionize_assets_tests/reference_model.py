@@ -197,6 +197,12 @@ def attributes(
 # --- sessions (SPEC section 6) -------------------------------------------------------------------
 
 
+def _session_micros(row: Mapping[str, Any], settings: Settings) -> int | None:
+    """A row's session timestamp, else its load time, in microseconds."""
+    ts = row.get(settings.session_timestamp)
+    return micros(ts if ts is not None else row.get("load_tstamp"))
+
+
 def _usable(rows: Iterable[Mapping[str, Any]], settings: Settings, key_columns: Sequence[str]):
     """The events a session can hold, each as a small dict: session timestamp (else load time)
     at or after start_date, not sent more than days_late_allowed after it was created, and with
@@ -205,8 +211,7 @@ def _usable(rows: Iterable[Mapping[str, Any]], settings: Settings, key_columns: 
     late = settings.days_late_allowed * DAY_MICROS
     out = []
     for r in rows:
-        ts = r.get(settings.session_timestamp)
-        ts = micros(ts if ts is not None else r.get("load_tstamp"))
+        ts = _session_micros(r, settings)
         sent, created = micros(r.get("dvce_sent_tstamp")), micros(r.get("dvce_created_tstamp"))
         if ts is None or ts < start:
             continue
@@ -363,13 +368,7 @@ def visible_to_run(
     """The rows a run of the session models with window upper limit `upper_limit` sessionizes:
     those whose session timestamp (else load time) is at or before it."""
     upper = micros(upper_limit)
-    out = []
-    for r in rows:
-        ts = r.get(settings.session_timestamp)
-        ts = micros(ts if ts is not None else r.get("load_tstamp"))
-        if ts is not None and ts <= upper:
-            out.append(r)
-    return out
+    return [r for r in rows if (ts := _session_micros(r, settings)) is not None and ts <= upper]
 
 
 def id_lifecycle_after_run(
