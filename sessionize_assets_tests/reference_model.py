@@ -491,6 +491,24 @@ def gap_lifecycle(sessions: Iterable[Mapping[str, Any]]) -> list[Row]:
     ]
 
 
+def quarantined_sessions(lifecycle: Iterable[Mapping[str, Any]], settings: Settings) -> list[Row]:
+    """quarantined_sessions from the lifecycle rows (gap mode: the quarantined pieces; id mode:
+    every session the lifecycle memory holds as quarantined, since that table only grows): id,
+    user, start and the cap, start + max_session_days (when each was quarantined is left out: it
+    is the clock of the run that saw it)."""
+    cap = dt.timedelta(days=settings.max_session_days)
+    return [
+        {
+            "session_identifier": row["session_identifier"],
+            "user_identifier": row["user_identifier"],
+            "start_tstamp": row["start_tstamp"],
+            "capped_at": row["start_tstamp"] + cap,
+        }
+        for row in lifecycle
+        if row["is_quarantined"]
+    ]
+
+
 # --- comparing with the lake ---------------------------------------------------------------------
 
 

@@ -6,7 +6,7 @@ replayed with SESSIONIZE_SEEDS) is one random history with every kind of change 
 (by collector time and by session timestamp only), duplicates loaded again later, load days
 written out of order, a load day re-materialized with rows removed and added, a user's events
 deleted -- interleaved with incremental runs. After every run that moved, sessions, users,
-user_session_stats and the lifecycle manifest are compared with the reference on the rows the run
+user_session_stats, the lifecycle manifest, quarantined_sessions and superseded_sessions are compared with the reference on the rows the run
 could see (session timestamp up to its window's upper limit); once caught up, also with `verify_sessions`
 (the same full recompute the CLI's `verify` runs) and with the independent plain-Python
 reference model (`sessionize_assets_tests/reference_model.py`, docs/testing.md), which sees bugs in
@@ -136,6 +136,7 @@ def test_caught_up_sessions_equal_a_full_recompute(spark, tmp_path_factory, mode
     loaded: dict[dt.date, list[dict]] = {}  # filtered_events as the steps leave it, in Python
     memory: dict[str, dict] = {}  # id mode: the reference's lifecycle memory, run by run
     compared = 0  # runs whose tables were compared with the reference
+    seen: set[str] = set()  # gap mode: the session ids compared runs left in sessions
     for step in random_history(rng, mode):
         if step[0] == "load":
             write_load_days(spark, home, step[1])
@@ -152,12 +153,12 @@ def test_caught_up_sessions_equal_a_full_recompute(spark, tmp_path_factory, mode
             outcome = run(spark, home, s, step[1])
             remember(memory, loaded, s, outcome)
             compared += compare_after_run(
-                home, s, loaded, memory, outcome, f"after the run as of {step[1]}"
+                home, s, loaded, memory, seen, outcome, f"after the run as of {step[1]}"
             )
     runs = run_until_caught_up(spark, home, s, FINAL_NOW)
     for outcome in runs:
         remember(memory, loaded, s, outcome)
-        compared += compare_after_run(home, s, loaded, memory, outcome, "while catching up")
+        compared += compare_after_run(home, s, loaded, memory, seen, outcome, "while catching up")
     assert compared >= 3  # the two runs mid-history and the first catching up moved
     assert runs[-1].limits.reaches(FINAL_NOW) or not runs[-1].moved  # nothing newer waits
     config = write_settings(home, s)
@@ -171,7 +172,9 @@ def test_caught_up_sessions_equal_a_full_recompute(spark, tmp_path_factory, mode
     assert not problems, "\n".join(problems)
 
 
-def compare_after_run(home, settings, loaded: dict, memory: dict, outcome, when: str) -> bool:
+def compare_after_run(
+    home, settings, loaded: dict, memory: dict, seen: set[str], outcome, when: str
+) -> bool:
     """After every run of the history, not only the last (issue 19): the tables equal the
     reference's on the rows filtered_events held, up to the run's window."""
     if not outcome.moved:
@@ -179,8 +182,24 @@ def compare_after_run(home, settings, loaded: dict, memory: dict, outcome, when:
     rows = [r for day_rows in loaded.values() for r in day_rows]
     visible = reference.visible_to_run(rows, settings, outcome.limits.upper_limit)
     problems = reference_differences(home, settings, visible, memory)
+    problems += superseded_differences(home, settings, visible, seen)
     assert not problems, f"{when}:\n" + "\n".join(problems)
     return True
+
+
+def superseded_differences(home, settings, visible: list[dict], seen: set[str]) -> list[str]:
+    """superseded_sessions after a run. gap mode: every session id an earlier compared run left
+    in `sessions` (`seen`, which this call extends) and that is gone now has a row (an id born
+    and replaced inside one run has one too, but no comparison saw it); id mode never supersedes
+    an id, so the table stays empty."""
+    stored = reference.delta_rows(Home(home).table("superseded_sessions"), missing_is_empty=True)
+    recorded = {r["superseded_session_identifier"] for r in stored}
+    if settings.session_mode == "id":
+        return [f"superseded_sessions: id mode wrote {len(stored)} row(s)"] if stored else []
+    now = {s["session_identifier"] for s in reference.gap_sessions(visible, settings)}
+    missing = sorted((seen - now) - recorded)
+    seen |= now
+    return [f"superseded_sessions: gone id {sid} has no row" for sid in missing[:10]]
 
 
 def remember(memory: dict, loaded: dict, settings, outcome) -> None:
@@ -192,7 +211,7 @@ def remember(memory: dict, loaded: dict, settings, outcome) -> None:
 
 
 def reference_differences(home, settings, rows: list[dict], memory: dict) -> list[str]:
-    """The sessions, users, user_session_stats and lifecycle tables against the reference
+    """The sessions, users, user_session_stats, lifecycle and quarantined tables against the reference
     model's (id mode: with the first-seen users and frozen quarantines the reference remembered
     run by run, `memory`)."""
     table = Home(home).table
@@ -206,6 +225,7 @@ def reference_differences(home, settings, rows: list[dict], memory: dict) -> lis
             key=["session_identifier"],
         )
     else:
+        lifecycle = [{"session_identifier": sid, **row} for sid, row in memory.items()]
         # id mode: first-seen users and frozen quarantines are the lifecycle's memory, which the
         # reference kept itself, run by run (not read from the product's manifest).
         sessions = reference.id_sessions(rows, settings, memory)
@@ -214,9 +234,16 @@ def reference_differences(home, settings, rows: list[dict], memory: dict) -> lis
             reference.delta_rows(
                 table("sessions_lifecycle_manifest"), [*LIFECYCLE_COMPARED, "session_identifier"]
             ),
-            [{"session_identifier": sid, **row} for sid, row in memory.items()],
+            lifecycle,
             key=["session_identifier"],
         )
+    problems += reference.differences(
+        "quarantined_sessions",
+        reference.delta_rows(table("quarantined_sessions"), missing_is_empty=True),
+        reference.quarantined_sessions(lifecycle, settings),
+        key=["session_identifier"],
+        columns=["user_identifier", "start_tstamp", "capped_at"],
+    )
     problems += reference.differences(
         "sessions", reference.delta_rows(table("sessions")), sessions, key=["session_identifier"]
     )
