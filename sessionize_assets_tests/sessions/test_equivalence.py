@@ -6,11 +6,12 @@ replayed with SESSIONIZE_SEEDS) is one random history with every kind of change 
 (by collector time and by session timestamp only), duplicates loaded again later, load days
 written out of order, a load day re-materialized with rows removed and added, a user's events
 deleted -- interleaved with incremental runs. After every run that moved, sessions, users,
-user_session_stats, the lifecycle manifest, quarantined_sessions and superseded_sessions are compared with the reference on the rows the run
-could see (session timestamp up to its window's upper limit); once caught up, also with `verify_sessions`
-(the same full recompute the CLI's `verify` runs) and with the independent plain-Python
-reference model (`sessionize_assets_tests/reference_model.py`, docs/testing.md), which sees bugs in
-the rules themselves that `verify`, sharing the product's functions, cannot. Examples are few and
+user_session_stats, the lifecycle manifest, quarantined_sessions and superseded_sessions are
+compared with the reference on the rows the run could see (session timestamp up to its window's
+upper limit); once caught up, also with `verify_sessions` (the same full recompute the CLI's
+`verify` runs) and with the independent plain-Python reference model
+(`sessionize_assets_tests/reference_model.py`, docs/testing.md), which sees bugs in the rules
+themselves that `verify`, sharing the product's functions, cannot. Examples are few and
 histories small: each run costs a handful of Delta commits.
 """
 
@@ -211,8 +212,8 @@ def remember(memory: dict, loaded: dict, settings, outcome) -> None:
 
 
 def reference_differences(home, settings, rows: list[dict], memory: dict) -> list[str]:
-    """The sessions, users, user_session_stats, lifecycle and quarantined tables against the reference
-    model's (id mode: with the first-seen users and frozen quarantines the reference remembered
+    """The sessions, users, user_session_stats, lifecycle and quarantined tables against the
+    reference model's (id mode: with the first-seen users and frozen quarantines the reference remembered
     run by run, `memory`)."""
     table = Home(home).table
     if settings.session_mode == "gap":
