@@ -55,14 +55,21 @@ def default_parallelism(spark: SparkSession) -> int:
 
 @contextmanager
 def small_query_conf(spark: SparkSession, enabled: bool) -> Iterator[None]:
-    """Turn adaptive execution off and use one shuffle partition per core while `enabled`,
-    restoring the session's settings afterwards."""
+    """Turn adaptive execution and whole-stage code generation off and use one shuffle partition
+    per core while `enabled`, restoring the session's settings afterwards.
+
+    A small run's queries each compile their generated code afresh (their literals differ from
+    run to run), which costs more than running them interpreted: on the sessions branch of the
+    recovery test's history (`local[2]`), the second run went from 42 s to 35 s. Up to a few
+    million rows, interpreted and generated code measured within noise of each other
+    (docs/benchmarks.md, "Session 18")."""
     if not enabled:
         yield
         return
     wanted = {
         "spark.sql.adaptive.enabled": "false",
         "spark.sql.shuffle.partitions": str(max(1, default_parallelism(spark))),
+        "spark.sql.codegen.wholeStage": "false",
     }
     with temporary_conf(spark, wanted):
         yield

@@ -1,0 +1,34 @@
+"""sessions/frames.py: the small-query configuration a small run's session models execute under."""
+
+from __future__ import annotations
+
+from pyspark.sql import functions as F
+
+from sessionize_assets.sessions.frames import small_query_conf
+from sessionize_assets_tests.plans import executed_nodes
+
+KEYS = ("spark.sql.adaptive.enabled", "spark.sql.codegen.wholeStage")
+
+
+def _grouped(spark):
+    df = spark.range(100).groupBy((F.col("id") % 7).alias("k")).agg(F.count("*").alias("n"))
+    df.collect()
+    return {node.getClass().getSimpleName() for node in executed_nodes(df)}
+
+
+def test_a_small_run_executes_interpreted_without_adaptive_stages_then_restores(spark) -> None:
+    before = {k: spark.conf.get(k) for k in KEYS}
+    with small_query_conf(spark, True):
+        assert {k: spark.conf.get(k) for k in KEYS} == dict.fromkeys(KEYS, "false")
+        inside = _grouped(spark)
+    assert {k: spark.conf.get(k) for k in KEYS} == before
+    assert "WholeStageCodegenExec" not in inside and "AdaptiveSparkPlanExec" not in inside
+    assert "HashAggregateExec" in inside  # the plan was walked
+
+
+def test_a_large_run_keeps_the_session_settings(spark) -> None:
+    before = {k: spark.conf.get(k) for k in KEYS}
+    with small_query_conf(spark, False):
+        assert {k: spark.conf.get(k) for k in KEYS} == before
+        nodes = _grouped(spark)
+    assert ("WholeStageCodegenExec" in nodes) == (before["spark.sql.codegen.wholeStage"] == "true")
