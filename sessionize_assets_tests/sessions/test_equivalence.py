@@ -169,7 +169,9 @@ def test_caught_up_sessions_equal_a_full_recompute(spark, tmp_path_factory, mode
     assert report.ok, "\n".join(report.lines())
     # The independent oracle (issue 19): the same tables from scratch, in plain Python, out of the
     # rows the steps left in filtered_events (sessionize_assets_tests/reference_model.py).
-    problems = reference_differences(home, s, [r for rows in loaded.values() for r in rows], memory)
+    problems, _ = reference_differences(
+        home, s, [r for rows in loaded.values() for r in rows], memory
+    )
     assert not problems, "\n".join(problems)
 
 
@@ -182,22 +184,22 @@ def compare_after_run(
         return False
     rows = [r for day_rows in loaded.values() for r in day_rows]
     visible = reference.visible_to_run(rows, settings, outcome.limits.upper_limit)
-    problems = reference_differences(home, settings, visible, memory)
-    problems += superseded_differences(home, settings, visible, seen)
+    problems, sessions = reference_differences(home, settings, visible, memory)
+    problems += superseded_differences(home, settings, sessions, seen)
     assert not problems, f"{when}:\n" + "\n".join(problems)
     return True
 
 
-def superseded_differences(home, settings, visible: list[dict], seen: set[str]) -> list[str]:
-    """superseded_sessions after a run. gap mode: every session id an earlier compared run left
-    in `sessions` (`seen`, which this call extends) and that is gone now has a row (an id born
-    and replaced inside one run has one too, but no comparison saw it); id mode never supersedes
-    an id, so the table stays empty."""
+def superseded_differences(home, settings, sessions: list[dict], seen: set[str]) -> list[str]:
+    """superseded_sessions after a run, given the reference's `sessions` for it. gap mode: every
+    session id an earlier compared run left in `sessions` (`seen`, which this call extends) and
+    that is gone now has a row (an id born and replaced inside one run has one too, but no
+    comparison saw it); id mode never supersedes an id, so the table stays empty."""
     stored = reference.delta_rows(Home(home).table("superseded_sessions"), missing_is_empty=True)
     recorded = {r["superseded_session_identifier"] for r in stored}
     if settings.session_mode == "id":
         return [f"superseded_sessions: id mode wrote {len(stored)} row(s)"] if stored else []
-    now = {s["session_identifier"] for s in reference.gap_sessions(visible, settings)}
+    now = {s["session_identifier"] for s in sessions}
     missing = sorted((seen - now) - recorded)
     seen |= now
     return [f"superseded_sessions: gone id {sid} has no row" for sid in missing[:10]]
@@ -211,10 +213,12 @@ def remember(memory: dict, loaded: dict, settings, outcome) -> None:
         reference.id_lifecycle_after_run(memory, rows, settings, outcome.limits.upper_limit)
 
 
-def reference_differences(home, settings, rows: list[dict], memory: dict) -> list[str]:
+def reference_differences(
+    home, settings, rows: list[dict], memory: dict
+) -> tuple[list[str], list[dict]]:
     """The sessions, users, user_session_stats, lifecycle and quarantined tables against the
-    reference model's (id mode: with the first-seen users and frozen quarantines the reference remembered
-    run by run, `memory`)."""
+    reference model's (id mode: with the first-seen users and frozen quarantines the reference
+    remembered run by run, `memory`); returns the differences and the reference's sessions."""
     table = Home(home).table
     if settings.session_mode == "gap":
         sessions = reference.gap_sessions(rows, settings)
@@ -260,4 +264,4 @@ def reference_differences(home, settings, rows: list[dict], memory: dict) -> lis
         reference.user_session_stats(sessions),
         key=["user_identifier"],
     )
-    return problems
+    return problems, sessions
