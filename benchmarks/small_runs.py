@@ -1,10 +1,13 @@
 """Where a small run's time goes: wall time, Spark jobs and SQL executions per command.
 
-    python -m benchmarks.small_runs [--conf KEY=VALUE ...] [--out benchmarks/results]
+    python -m benchmarks.small_runs [--conf KEY=VALUE ...] [--commands run,run2,...]
+                                    [--out benchmarks/results]
 
 In one process (`local[2]`, the test suite's JVM options): the recovery test's 18-row history
 (`sessionize_assets_tests/time_based/test_steps.py`, backfill limit 2 days) loaded into a fresh
-home, then `run`, a second `run`, `backfill` of 2024-03-01..05 and `verify`, each timed. Spark's
+home, then `run`, a second `run`, `backfill` of 2024-03-01..05 and `verify` (or the first of
+them `--commands` names), each timed in wall seconds and the JVM's CPU seconds (steadier than
+wall time on a shared machine: compare alternating runs, not one pair). Spark's
 status API (its UI on port 4077, kept in memory only) gives each command's jobs and SQL
 executions; executions (nested ones too, e.g. Delta's file listing inside a MERGE) are grouped by the call
 site PySpark records (`toArrow at …frames.py`).
@@ -69,10 +72,21 @@ def by_call_site(jobs: list[dict], executions: list[dict]) -> list[dict[str, Any
     return sorted(rows, key=lambda r: -r["execution_seconds"])
 
 
+def _cpu_seconds(pid: int) -> float:
+    """A process's user + system CPU seconds so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument(
+        "--commands",
+        default="run,run2,backfill,verify",
+        help="which of run, run2, backfill, verify to time (in that order; each needs those before)",
+    )
     args = parser.parse_args(argv)
     extra = dict(c.split("=", 1) for c in args.conf)
 
@@ -105,12 +119,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "backfill": [*now, "backfill", "--start", "2024-03-01", "--end", "2024-03-05"],
         "verify": [*now, "verify"],
     }
+    wanted = args.commands.split(",")
+    commands = {name: command for name, command in commands.items() if name in wanted}
+    jvm = spark.sparkContext._gateway.proc.pid  # the local JVM this process launched
     results: dict[str, Any] = {"conf": extra, "commands": {}}
     seen_jobs, seen_sql = len(_get(app, "jobs")), len(_get(app, "sql?length=100000"))
     for name, command in commands.items():
-        started = time.perf_counter()
+        started, jvm_cpu, own_cpu = time.perf_counter(), _cpu_seconds(jvm), time.process_time()
         code = sessionize(command)
         wall = time.perf_counter() - started
+        jvm_cpu, own_cpu = _cpu_seconds(jvm) - jvm_cpu, time.process_time() - own_cpu
         jobs, sql = _get(app, "jobs"), _get(app, "sql?details=false&length=100000")
         new_jobs = jobs[: len(jobs) - seen_jobs]
         new_sql = sql[seen_sql:]
@@ -118,6 +136,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["commands"][name] = {
             "exit_code": code,
             "wall_seconds": round(wall, 1),
+            # CPU time varies less than wall time on a shared machine: compare both.
+            "jvm_cpu_seconds": round(jvm_cpu, 1),
+            "python_cpu_seconds": round(own_cpu, 1),
             "jobs": len(new_jobs),
             "sql_executions": len(new_sql),
             # Top-level executions only: Delta runs nested ones inside its commands.
@@ -128,7 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             ),
             "by_call_site": by_call_site(new_jobs, new_sql),
         }
-        print(f"{name}: exit {code}, {wall:.1f} s, {len(new_jobs)} jobs", file=sys.stderr)
+        print(
+            f"{name}: exit {code}, {wall:.1f} s, JVM CPU {jvm_cpu:.1f} s, {len(new_jobs)} jobs",
+            file=sys.stderr,
+        )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")

@@ -59,8 +59,8 @@ def small_query_conf(spark: SparkSession, enabled: bool) -> Iterator[None]:
     per core while `enabled`, restoring the session's settings afterwards.
 
     A small run's queries each compile their generated code afresh (their literals differ from
-    run to run), which costs more than running them interpreted: on the sessions branch of the
-    recovery test's history (`local[2]`), the second run went from 42 s to 35 s. Up to a few
+    run to run), which costs more than running them interpreted: on the recovery test's history
+    (`local[2]`), the second run is about 9 % faster in three alternating pairs. Up to a few
     million rows, interpreted and generated code measured within noise of each other
     (docs/benchmarks.md, "Session 18")."""
     if not enabled:
