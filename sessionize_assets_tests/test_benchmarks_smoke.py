@@ -645,3 +645,34 @@ def test_a_jvm_spawn_in_flight_is_not_counted_twice(tmp_path: Path) -> None:
     assert not spawn_in_flight("/usr/bin/python3.11", "/usr/bin/python3.11")
     assert spawn_in_flight("/usr/lib/jvm/bin/java", "/usr/lib/jvm/bin/java")
     assert not spawn_in_flight("/usr/bin/chmod", "/usr/lib/jvm/bin/java")
+
+
+def test_small_runs_groups_executions_by_call_site_and_counts_their_jobs() -> None:
+    from benchmarks.small_runs import by_call_site
+
+    def job(i: int, start: str, end: str) -> dict:
+        return {"jobId": i, "submissionTime": start, "completionTime": end}
+
+    jobs = [
+        job(1, "2026-01-01T00:00:00.000GMT", "2026-01-01T00:00:00.500GMT"),
+        job(2, "2026-01-01T00:00:01.000GMT", "2026-01-01T00:00:01.250GMT"),
+        job(3, "2026-01-01T00:00:02.000GMT", "2026-01-01T00:00:03.000GMT"),
+    ]
+    site = f"toArrow at {Path.cwd()}/sessionize_assets/sessions/frames.py:33"
+    executions = [
+        {"description": site, "duration": 2000, "successJobIds": [1, 2], "failedJobIds": []},
+        {"description": site, "duration": 1000, "successJobIds": [], "failedJobIds": [3]},
+        # No job: left out.
+        {"description": "Delta listing", "duration": 400, "successJobIds": [], "failedJobIds": []},
+        # A job of another command (not in `jobs`): left out.
+        {"description": site, "duration": 9000, "successJobIds": [7], "failedJobIds": []},
+    ]
+    assert by_call_site(jobs, executions) == [
+        {
+            "call_site": "toArrow at sessionize_assets/sessions/frames.py:33",
+            "executions": 2,
+            "jobs": 3,
+            "execution_seconds": 3.0,
+            "job_seconds": 1.75,
+        }
+    ]
