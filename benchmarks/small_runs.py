@@ -7,11 +7,11 @@ In one process (`local[2]`, the test suite's JVM options): the recovery test's 1
 (`sessionize_assets_tests/time_based/test_steps.py`, backfill limit 2 days) loaded into a fresh
 home, then `run`, a second `run`, `backfill` of 2024-03-01..05 and `verify` (or the first of
 them `--commands` names), each timed in wall seconds and the JVM's CPU seconds (steadier than
-wall time on a shared machine: compare alternating runs, not one pair). Spark's
-status API (its UI on port 4077, kept in memory only) gives each command's jobs and SQL
-executions; executions (nested ones too, e.g. Delta's file listing inside a MERGE) are grouped by the call
-site PySpark records (`toArrow at …frames.py`).
-`--conf` adds Spark settings to the session, to compare a setting against the default. At this
+wall time on a shared machine: compare alternating runs, not one pair). Spark's status API (its
+UI on port 4077, kept in memory only) gives each command's jobs and SQL executions; executions
+(nested ones too, e.g. Delta's file listing inside a MERGE) are grouped by the call site PySpark
+records (`toArrow at …frames.py`). `--conf` adds Spark settings to the session, to compare a
+setting against the default. At this
 size the fixed cost per run is everything: read the figures as "how many jobs, how much planning",
 not throughput. Writes `small-runs-<UTC time>.json` in `--out`.
 """
