@@ -72,12 +72,6 @@ def by_call_site(jobs: list[dict], executions: list[dict]) -> list[dict[str, Any
     return sorted(rows, key=lambda r: -r["execution_seconds"])
 
 
-def _cpu_seconds(pid: int) -> float:
-    """A process's user + system CPU seconds so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
@@ -106,6 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             **extra,
         }
     )
+    from benchmarks.measure import cpu_seconds
     from sessionize_assets.cli import main as sessionize
     from sessionize_assets_tests.time_based.test_steps import ROWS, append_events, make_lake
 
@@ -121,14 +116,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     wanted = args.commands.split(",")
     commands = {name: command for name, command in commands.items() if name in wanted}
-    jvm = spark.sparkContext._gateway.proc.pid  # the local JVM this process launched
     results: dict[str, Any] = {"conf": extra, "commands": {}}
     seen_jobs, seen_sql = len(_get(app, "jobs")), len(_get(app, "sql?length=100000"))
     for name, command in commands.items():
-        started, jvm_cpu, own_cpu = time.perf_counter(), _cpu_seconds(jvm), time.process_time()
+        started, cpu = time.perf_counter(), cpu_seconds()
         code = sessionize(command)
         wall = time.perf_counter() - started
-        jvm_cpu, own_cpu = _cpu_seconds(jvm) - jvm_cpu, time.process_time() - own_cpu
+        jvm_cpu, own_cpu = (cpu_seconds()[k] - cpu[k] for k in ("jvm", "python"))
         jobs, sql = _get(app, "jobs"), _get(app, "sql?details=false&length=100000")
         new_jobs = jobs[: len(jobs) - seen_jobs]
         new_sql = sql[seen_sql:]
