@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 UI_PORT = 4077
+COMMANDS = ("run", "run2", "backfill", "verify")  # in the order they run
 
 
 def _get(app: str, what: str) -> list[dict[str, Any]]:
@@ -78,10 +79,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument(
         "--commands",
-        default="run,run2,backfill,verify",
+        default=",".join(COMMANDS),
         help="which of run, run2, backfill, verify to time (in that order; each needs those before)",
     )
     args = parser.parse_args(argv)
+    wanted = args.commands.split(",")
+    unknown = sorted(set(wanted) - set(COMMANDS))
+    if unknown:
+        parser.error(f"unknown command(s) {', '.join(unknown)}: choose from {', '.join(COMMANDS)}")
     extra = dict(c.split("=", 1) for c in args.conf)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -114,7 +119,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "backfill": [*now, "backfill", "--start", "2024-03-01", "--end", "2024-03-05"],
         "verify": [*now, "verify"],
     }
-    wanted = args.commands.split(",")
     commands = {name: command for name, command in commands.items() if name in wanted}
     results: dict[str, Any] = {"conf": extra, "commands": {}}
     seen_jobs, seen_sql = len(_get(app, "jobs")), len(_get(app, "sql?length=100000"))
