@@ -177,7 +177,7 @@ def cmd_refresh(ctx: CommandContext) -> int:
     from sessionize_assets.commands.refresh import refresh
 
     with _exclusive(ctx, "refresh"):
-        _print(refresh(ctx, ctx.args.models, ctx.args.yes))
+        _print(refresh(ctx, ctx.args.models, ctx.args.yes, ctx.args.from_day))
     return 0
 
 
@@ -504,6 +504,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="sessions, users or user_session_stats: any of them rebuilds every enabled session "
         "model (the default); filtered_events, days_to_process, daily_aggregates or attributes: "
         "any of them re-materializes every load day of the time-based branch",
+    )
+    p.add_argument(
+        "--from",
+        dest="from_day",
+        type=_date,
+        metavar="DAY",
+        help="restate from this day (ISO date) under the settings that built the models: load "
+        "days from DAY on, sessions with an event from DAY on; rows before DAY stay",
     )
     p.add_argument(
         "--yes", action="store_true", help="confirm (not needed with allow_refresh: true)"

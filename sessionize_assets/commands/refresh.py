@@ -1,5 +1,6 @@
-"""`sessionize refresh [MODEL ...] [--yes]`: rebuild models under the current settings, guarded
-like Snowplow's `snowplow__allow_refresh`, and record the settings they were rebuilt with.
+"""`sessionize refresh [MODEL ...] [--from DAY] [--yes]`: rebuild models under the current
+settings, guarded like Snowplow's `snowplow__allow_refresh`, and record the settings they were
+rebuilt with; or, with `--from DAY`, restate them from that day under the settings that built them.
 
 - Session models (`sessions`, `users`, `user_session_stats`; the default): rebuilt in full from
   `filtered_events` (one Dagster run of `session_models` with `refresh: true`).
@@ -8,11 +9,19 @@ like Snowplow's `snowplow__allow_refresh`, and record the settings they were reb
   assets accept the changed settings), then the event days they decide and `attributes`; the
   session models then follow the rewritten `filtered_events` through its change feed (or are
   rebuilt too when named). The new definitions are recorded only at the end, so an interrupted
-  refresh still refuses runs until it is run again.
+  refresh still refuses runs until it is run again. Each step runs once for every load day (or
+  event day), whatever backfill_limit_days says, so each table changes in one commit: a reader
+  sees a table's old rows until its new ones are committed (per table: Delta has no transaction
+  across tables).
+- `--from DAY` (a restatement, as SQLMesh's `restate --start`): time-based models re-materialize
+  the load days from DAY on; session models recompute every session with an event from DAY on
+  (a run whose window starts at DAY, as every run's lookback recomputes its first hours). Rows
+  before DAY stay, so a change of the shaping settings is refused (`restate_refusal`).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 
 from sessionize_assets.commands.context import CommandContext
@@ -49,34 +58,66 @@ def refresh_refusal(
     return None
 
 
-def refresh(ctx: CommandContext, models: Sequence[str], yes: bool) -> list[str]:
+def refresh(
+    ctx: CommandContext, models: Sequence[str], yes: bool, from_day: dt.date | None = None
+) -> list[str]:
     """Rebuild the named models (any session model rebuilds them all: users and
     user_session_stats are built from sessions; any time-based model rebuilds the time-based
-    branch). Returns the lines to print."""
+    branch). `from_day`: a restatement from that day under the settings that built the models
+    (`restate_refusal`). Returns the lines to print."""
 
     enabled = enabled_models(ctx.settings)
     refused = refresh_refusal(models, enabled, yes, ctx.settings.allow_refresh)
     if refused:
         raise UserError(refused)
+    if from_day is not None:
+        refused = restate_refusal(ctx, models, from_day)
+        if refused:
+            raise SettingsError(refused)
     if any(m in TIME_BASED for m in models):
         sessions_named = [m for m in models if m not in TIME_BASED]
-        return refresh_time_based(ctx, rebuild_sessions=bool(sessions_named))
-    return _refresh_sessions(ctx, enabled)
+        return refresh_time_based(ctx, rebuild_sessions=bool(sessions_named), from_day=from_day)
+    return _refresh_sessions(ctx, enabled, from_day)
 
 
-def _refresh_sessions(ctx: CommandContext, enabled: Sequence[str]) -> list[str]:
+def restate_refusal(ctx: CommandContext, models: Sequence[str], from_day: dt.date) -> str | None:
+    """Why `refresh --from DAY` must not run (one sentence), or None: it keeps the rows before
+    that day, so it restates under the settings that built the models and cannot apply a
+    change of them (that is a refresh without --from)."""
+    from sessionize_assets.time_based import definitions
+    from sessionize_assets.time_based.tables import TimeBasedTables
+
+    lake = ctx.lake_at(None)
+    changed = settings_refusal(ctx.settings, read_manifest(lake.table))
+    if changed is None and any(m in TIME_BASED for m in models):
+        changed = definitions.refusal(TimeBasedTables.at(lake.table).definitions, ctx.settings)
+    if changed is None:
+        return None
+    return (
+        f"A refresh from {from_day} keeps the rows before that day, so it cannot apply a "
+        f"settings change (run it without --from): {changed[0].lower()}{changed[1:]}"
+    )
+
+
+def _refresh_sessions(
+    ctx: CommandContext, enabled: Sequence[str], from_day: dt.date | None = None
+) -> list[str]:
     from sessionize_assets.commands.sessions import summarize
     from sessionize_assets.pipeline import spark_resource
     from sessionize_assets.sessions.materialize import SessionMaterializer
 
     materialize = SessionMaterializer(ctx.lake, spark_resource(ctx), ctx.instance)
-    done = materialize(refresh=True, yes=True)
+    if from_day is None:
+        done = materialize(refresh=True, yes=True)
+    else:
+        done = materialize(yes=True, restate_from=from_day)
     if done.outcome is None and done.blocked:
         raise ItemLockedError(done.error or "the session models are locked by another run")
     if done.outcome is None:
         raise RefreshFailed(done.error or "the refresh run failed")
+    what = "in full" if from_day is None else f"for every session with an event from {from_day} on"
     lines = [
-        f"Refreshed {', '.join(enabled)} in full from {FILTERED_EVENTS} (run {done.run_id[:8]}):"
+        f"Refreshed {', '.join(enabled)} {what} from {FILTERED_EVENTS} (run {done.run_id[:8]}):"
     ]
     lines += ["  " + line for line in summarize(done.run_id, done.outcome).lines()]
     lines.append("Run `sessionize verify` to compare them with a full recompute.")
@@ -87,10 +128,14 @@ class RefreshFailed(Exception):
     """The refresh run failed (an engine error: exit status 4)."""
 
 
-def refresh_time_based(ctx: CommandContext, rebuild_sessions: bool) -> list[str]:
-    """Re-materialize every known load day (from the first in `events` or ever consumed, not
-    before start_date, through the last) under the current settings, then the session models
-    (rebuilt when `rebuild_sessions`, else run on the feed); record the time-based definitions."""
+def refresh_time_based(
+    ctx: CommandContext, rebuild_sessions: bool, from_day: dt.date | None = None
+) -> list[str]:
+    """Re-materialize every known load day (from the first in `events` or ever consumed, or from
+    `from_day`, not before start_date, through the last) under the current settings, each step in
+    one run (one commit per table), then the session models (rebuilt, or restated from
+    `from_day`, when `rebuild_sessions`; else run on the feed); record the time-based
+    definitions."""
     from sessionize_assets.commands.sessions import run_sessions
     from sessionize_assets.commands.time_based import backfill_time_based
     from sessionize_assets.core.model_definitions import TIME_BASED_SHAPING
@@ -102,7 +147,7 @@ def refresh_time_based(ctx: CommandContext, rebuild_sessions: bool) -> list[str]
 
     lake = ctx.lake_at(None)
     tables = TimeBasedTables.at(lake.table)
-    if not rebuild_sessions:
+    if not rebuild_sessions and from_day is None:
         # A setting that shapes both branches (user_identifier) would stop the session run after
         # the whole rebuild: say so before it.
         refused = settings_refusal(ctx.settings, read_manifest(lake.table))
@@ -112,18 +157,23 @@ def refresh_time_based(ctx: CommandContext, rebuild_sessions: bool) -> list[str]
                 "`sessionize refresh daily_aggregates sessions --yes`."
             )
     state = read_state(tables)
-    known = [
-        d for d in {*state.events_fingerprints, *state.accounting} if d >= ctx.settings.start_date
-    ]
+    earliest = max(ctx.settings.start_date, from_day or ctx.settings.start_date)
+    known = [d for d in {*state.events_fingerprints, *state.accounting} if d >= earliest]
     lines: list[str] = []
     if known:
         with sharing():
             rebuilt = backfill_time_based(
-                min(known), max(known), lake, ctx.spark, ctx.instance, refresh=True
+                min(known),
+                max(known),
+                lake,
+                ctx.spark,
+                ctx.instance,
+                refresh=from_day is None,
+                whole=True,
             )
             lines += rebuilt.lines()
             if rebuild_sessions:
-                lines += _refresh_sessions(ctx, enabled_models(ctx.settings))
+                lines += _refresh_sessions(ctx, enabled_models(ctx.settings), from_day)
             else:
                 sessions = run_sessions(lake, spark_resource(ctx), ctx.instance)
                 lines += sessions.lines()
@@ -136,7 +186,12 @@ def refresh_time_based(ctx: CommandContext, rebuild_sessions: bool) -> list[str]
                         getattr(sessions, "failure_reason", None) or "the session branch failed"
                     )
     else:
-        lines.append("No load day to rebuild: the time-based branch holds no data yet.")
+        lines.append(
+            "No load day to rebuild: the time-based branch holds no data"
+            + (f" from {from_day} on." if from_day else " yet.")
+        )
+    if from_day is not None:  # the definitions did not change (`restate_refusal`)
+        return lines
     definitions.record(tables.definitions, ctx.settings, list(TIME_BASED_SHAPING))
     lines.append(
         "Recorded the settings the time-based models are now built with; run `sessionize verify` "

@@ -83,7 +83,11 @@ class _Runner:
     requests would: the same assets, partitions and lane tag."""
 
     def __init__(
-        self, lake: LakeResource, instance: DagsterInstance, tags: Mapping[str, str] | None = None
+        self,
+        lake: LakeResource,
+        instance: DagsterInstance,
+        tags: Mapping[str, str] | None = None,
+        whole: bool = False,
     ) -> None:
         from sessionize_assets.checks import build_checks
         from sessionize_assets.definitions import build_assets
@@ -101,6 +105,9 @@ class _Runner:
         }
         self.run_ids: list[str] = []
         self.tags = dict(tags or {})
+        # A refresh: each step's days in one run (not backfill_limit_days per run), so each table
+        # changes in one commit and readers see the old table until then.
+        self.whole = whole
 
     def run(
         self,
@@ -129,13 +136,26 @@ class _Runner:
 
     def load_days(self, days: Sequence[dt.date], refilter: set[dt.date]) -> None:
         """The load days' runs (`planning.load_day_runs`), ascending."""
-        for run in load_day_runs(days, refilter, self.settings.backfill_limit_days):
+        for run in load_day_runs(days, refilter, self._run_days(days)):
             self.run(run.assets, run.first, run.last)
 
     def event_days(self, days: Sequence[dt.date], all_loaded_rows: bool = False) -> None:
+        """daily_aggregates of `days`. A whole run also recomputes the event days between them,
+        which are not outstanding: from the same rows and horizons, to the same rows."""
         config = {"ops": {"daily_aggregates": {"config": {"all_loaded_rows": all_loaded_rows}}}}
-        for first, last in contiguous_ranges(days, self.settings.backfill_limit_days):
+        ranges = (
+            [(min(days), max(days))]
+            if self.whole and days
+            else contiguous_ranges(days, self.settings.backfill_limit_days)
+        )
+        for first, last in ranges:
             self.run(("daily_aggregates",), first, last, run_config=config)
+
+    def _run_days(self, days: Sequence[dt.date]) -> int:
+        """At most this many partitions per run."""
+        if self.whole and days:
+            return (max(days) - min(days)).days + 1
+        return self.settings.backfill_limit_days
 
     def finish(self) -> None:
         self.run(("attributes", "daily_aggregation_manifest"))
@@ -288,6 +308,7 @@ def backfill_time_based(
     cursor: dt.datetime | None = None,
     checkpoint: Callable[[dt.datetime, str | None], Any] | None = None,
     refresh: bool = False,
+    whole: bool = False,
 ) -> TimeBasedBackfillReport:
     """Re-materialize load days start .. end (inclusive) and everything they affect downstream:
     later load days their duplicates reach, the event days they decide, attributes.
@@ -296,7 +317,9 @@ def backfill_time_based(
     most backfill_limit_days days each); after each window `checkpoint(cursor, run_id)` is called,
     and a backfill given the `cursor` of an interrupted one resumes at its first unfinished window.
     `refresh`: the runs rebuild under settings that changed since the models were built
-    (`sessionize refresh`); otherwise such a change refuses the backfill.
+    (`sessionize refresh`); otherwise such a change refuses the backfill. `whole`: one run per
+    step for the whole range, whatever backfill_limit_days says (a refresh: each table changes in
+    one commit).
     """
     del spark
     settings, now = lake.settings, lake.current_time()
@@ -306,11 +329,14 @@ def backfill_time_based(
         definitions.refuse_changed(_tables(lake).definitions, settings)
     first = max(start, settings.start_date)
     report = TimeBasedBackfillReport(start=start, end=end)
-    runner = _Runner(lake, instance, {definitions.REFRESH_TAG: "true"} if refresh else None)
+    runner = _Runner(
+        lake, instance, {definitions.REFRESH_TAG: "true"} if refresh else None, whole=whole
+    )
     if first > end:
         config, windows = None, []
     else:
-        config = backfill_cursor(first, end, settings.backfill_limit_days)
+        per_run = (end - first).days + 1 if whole else settings.backfill_limit_days
+        config = backfill_cursor(first, end, per_run)
         windows = backfill_windows(config, cursor, now)
     if cursor is not None and config is not None and cursor > config.start:
         report.resumed_at = cursor

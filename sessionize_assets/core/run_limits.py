@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum, StrEnum
 from typing import Any
 
@@ -144,6 +144,14 @@ def run_limits(
         min_last_success=min_ls,
         max_last_success=max_ls,
     )
+
+
+def restated(limits: RunLimits, day: dt.date) -> RunLimits:
+    """The window of a restatement from `day` (`sessionize refresh sessions --from DAY`): it starts
+    at midnight of that day, or earlier when the run's own window already does; the upper limit is
+    the run's. A window that starts earlier takes more rows again, which is what every run's
+    lookback does: the sessions of those rows are recomputed from filtered_events."""
+    return replace(limits, lower_limit=min(limits.lower_limit, midnight(day)))
 
 
 def skips_window(last_success: dt.datetime | None, limits: RunLimits) -> bool:

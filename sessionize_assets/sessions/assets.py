@@ -4,6 +4,7 @@ processing-manifest lock and calls `sessions.run.run_session_models`; nothing el
 """
 
 # No `from __future__ import annotations`: Dagster reads the op's `config:` annotation as a type.
+import datetime as dt
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
@@ -53,12 +54,27 @@ class SessionModelsConfig(Config):
 
     refresh: bool = False  # rebuild every session model in full from filtered_events
     yes: bool = False  # confirm a refresh (not needed with the setting allow_refresh: true)
+    # A restatement (`sessionize refresh sessions --from DAY`): an ISO day; every session with an
+    # event from that day on is recomputed under the settings that built the models.
+    restate_from: str | None = None
 
 
 REFRESH_REFUSED = (
     "A refresh rebuilds every session model from filtered_events: confirm it with `yes: true` in "
     "the run config (`sessionize refresh --yes`), or set allow_refresh: true in the settings."
 )
+
+
+def restate_day(value: str | None) -> dt.date | None:
+    """The `restate_from` config as a day (None: no restatement); one sentence when it is not one."""
+    if not value:
+        return None
+    try:
+        return dt.date.fromisoformat(value.strip()[:10])
+    except ValueError:
+        raise SettingsError(
+            f"restate_from must be a day such as 2024-01-31, not {value!r}."
+        ) from None
 
 
 def build_assets(
@@ -147,8 +163,11 @@ def build_assets(
     def session_models(context, config: SessionModelsConfig):  # noqa: ANN001, ANN202
         started = time.monotonic()
         lake: LakeResource = context.resources.lake
-        if config.refresh and not (config.yes or lake.settings.allow_refresh):
+        if (config.refresh or config.restate_from) and not (
+            config.yes or lake.settings.allow_refresh
+        ):
             raise SettingsError(REFRESH_REFUSED)
+        restate_from = restate_day(config.restate_from)
         spark: SparkDeltaResource = context.resources.spark
         session = spark.get_session()
         # The single place a processing-manifest lock wraps this run (item "session_models").
@@ -161,6 +180,7 @@ def build_assets(
                 lake.current_time(),
                 context.log,
                 refresh=config.refresh,
+                restate_from=restate_from,
             )
         if observe is not None:
             observe(run)

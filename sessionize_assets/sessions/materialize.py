@@ -6,6 +6,7 @@ under the processing-manifest lock, and hand back what the run did as typed reco
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -52,8 +53,11 @@ class SessionMaterializer:
             lake.settings, lock=session_lock, observe=self._seen.append
         )
 
-    def __call__(self, refresh: bool = False, yes: bool = False) -> Materialized:
-        """One run; `refresh` rebuilds every model in full (`yes` confirms it). A run whose
+    def __call__(
+        self, refresh: bool = False, yes: bool = False, restate_from: dt.date | None = None
+    ) -> Materialized:
+        """One run; `refresh` rebuilds every model in full (`yes` confirms it), `restate_from`
+        recomputes every session with an event from that day on (`yes` confirms it). A run whose
         settings define the models differently from those that built them is refused here, before
         any Dagster run or Spark work (SettingsError: one sentence, exit status 2)."""
         import dagster
@@ -63,13 +67,16 @@ class SessionMaterializer:
             if refused:
                 raise SettingsError(refused)
         self._seen.clear()
+        config: dict[str, object] = {"refresh": refresh, "yes": yes}
+        if restate_from is not None:
+            config["restate_from"] = restate_from.isoformat()
         result = dagster.materialize(
             self._definitions,
             instance=self._instance,
             resources={"lake": self._lake, "spark": self._spark},
             raise_on_error=False,
             tags=self._tags,
-            run_config={"ops": {ASSET_NAME: {"config": {"refresh": refresh, "yes": yes}}}},
+            run_config={"ops": {ASSET_NAME: {"config": config}}},
         )
         if not result.success:
             message, kind = _failure(result)

@@ -23,6 +23,7 @@ from sessionize_assets.core.run_limits import (
     NO_DATA_WARNING,
     caught_up,
     next_last_success,
+    restated,
     skips_window,
 )
 from sessionize_assets.errors import SettingsError
@@ -65,12 +66,16 @@ def run_session_models(
     now: dt.datetime,
     log: logging.Logger | Any | None = None,
     refresh: bool = False,
+    restate_from: dt.date | None = None,
 ) -> SessionRunOutcome:
     """One run of every enabled session model over the window the manifest gives (the imperative
     shell the `session_models` asset calls). `refresh`: rebuild every model in full from
     filtered_events up to the upper limit, forgetting the lifecycle manifest (`sessionize
     refresh`); otherwise a run refuses settings that define the models differently from those that
-    built them (`state.settings_refusal`)."""
+    built them (`state.settings_refusal`). `restate_from` (`sessionize refresh --from DAY`): the
+    window starts at that day at the latest, so every session with an event from that day on is
+    recomputed from filtered_events, as a run's lookback recomputes the last hours' sessions
+    (`core.run_limits.restated`)."""
     log = log or logging.getLogger(__name__)
     now = as_utc(now)
     models = enabled_models(settings)
@@ -81,6 +86,8 @@ def run_session_models(
         if refused:
             raise SettingsError(refused)
     limits = limits_from(manifest, settings, now)
+    if restate_from is not None:
+        limits = restated(limits, restate_from)
     for line in limits.log_lines():
         log.info(line)
     fe_path = table_path(FILTERED_EVENTS)
@@ -126,7 +133,11 @@ def run_session_models(
         for model in models:
             outcome = outcomes[model]
             state = manifest.get(model)
-            if not refresh and skips_window(state.last_success if state else None, limits):
+            if (
+                not refresh
+                and restate_from is None
+                and skips_window(state.last_success if state else None, limits)
+            ):
                 outcome.skipped_reason = (
                     f"already past this window (last_success {state.last_success.isoformat()} "
                     f">= upper limit {limits.upper_limit.isoformat()})"

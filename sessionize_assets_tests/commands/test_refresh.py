@@ -150,3 +150,83 @@ def test_a_changed_filter_stops_the_time_based_branch_until_a_confirmed_refresh(
     assert main([*cli, "refresh", "daily_aggregates", "--yes"]) == 2
     err = capsys.readouterr().err
     assert "user_identifier changed" in err and "name both" in err, err
+
+
+def _data_commits(path: str, after: int) -> list[tuple[int, str]]:
+    """(version, operation) of the commits after `after` that changed data."""
+    from sessionize_assets.core.maintenance import NO_DATA_OPERATIONS
+
+    return sorted(
+        (h["version"], h["operation"])
+        for h in DeltaTable(path).history()
+        if h["version"] > after and h["operation"] not in NO_DATA_OPERATIONS
+    )
+
+
+def _files_of_load_day(path: str, day: str) -> set[str]:
+    from sessionize_assets.resources.delta import add_actions
+
+    return {a["path"] for a in add_actions(path)[1] if str(a["partition.load_date"]) == day}
+
+
+def test_refresh_from_a_day_restates_later_days_in_one_commit_per_table(
+    spark, two_days, tmp_path, capsys
+):
+    home = tmp_path / "home"
+    shutil.copytree(two_days[0], home)
+    # A run limit of one load day: a refresh still changes each table in one commit.
+    (home / "sessionize.yaml").write_text(f"start_date: {TWO_DAYS_START}\nbackfill_limit_days: 1\n")
+    cli = ["--home", str(home), *cli_now(3)]
+    table = Home(home).table
+    held = {
+        name: DeltaTable(table(name)).version() for name in (FILTERED_EVENTS, "daily_aggregates")
+    }
+    first_day_files = _files_of_load_day(table(FILTERED_EVENTS), "2024-03-01")
+    # A damaged sessions table: one session of the second day is gone, so verify fails.
+    sessions = spark.read.format("delta").load(table("sessions"))
+    lost = sessions.filter("to_date(start_tstamp) = '2024-03-02'").first()["session_identifier"]
+    spark.sql(f"DELETE FROM delta.`{table('sessions')}` WHERE session_identifier = '{lost}'")
+    capsys.readouterr()
+    assert main([*cli, "verify"]) == 1, capsys.readouterr()
+
+    restate = [*cli, "refresh", "daily_aggregates", "sessions", "--from", "2024-03-02"]
+    assert main(restate) == 2
+    assert "confirm it with --yes" in capsys.readouterr().err
+    assert main([*restate, "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert "re-materialized for 2024-03-02\n" in out, out
+    assert "for every session with an event from 2024-03-02 on" in out, out
+    # Load day 1 kept its files; each time-based table changed in one commit.
+    assert _files_of_load_day(table(FILTERED_EVENTS), "2024-03-01") == first_day_files
+    for name, version in held.items():
+        assert len(_data_commits(table(name), version)) == 1, (
+            name,
+            _data_commits(table(name), version),
+        )
+    assert (
+        spark.read.format("delta")
+        .load(table("sessions"))
+        .filter(f"session_identifier = '{lost}'")
+        .count()
+        == 1
+    )
+    assert main([*cli, "verify"]) == 0, capsys.readouterr()
+
+    # A full refresh of both load days: still one commit per table, with a limit of one day.
+    held = {name: DeltaTable(table(name)).version() for name in held}
+    assert main([*cli, "refresh", "filtered_events", "--yes"]) == 0, capsys.readouterr()
+    assert "re-materialized for 2024-03-01..2024-03-02" in capsys.readouterr().out
+    for name, version in held.items():
+        assert len(_data_commits(table(name), version)) == 1, (
+            name,
+            _data_commits(table(name), version),
+        )
+
+    # A restatement keeps earlier rows, so it cannot apply a settings change.
+    (home / "sessionize.yaml").write_text(
+        f"start_date: {TWO_DAYS_START}\nbackfill_limit_days: 1\nevent_names: [page_view]\n"
+    )
+    assert main([*cli, "refresh", "filtered_events", "--from", "2024-03-02", "--yes"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot apply a settings change (run it without --from)" in err, err
+    assert "event_names changed from [] to [page_view]" in err, err
