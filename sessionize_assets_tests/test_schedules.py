@@ -8,9 +8,11 @@ import shutil
 from pathlib import Path
 
 from dagster import DagsterInstance, DefaultScheduleStatus
+from deltalake import DeltaTable
 
 from sessionize_assets.cli import main
 from sessionize_assets.commands.maintenance import files_on_disk
+from sessionize_assets.core.maintenance import NO_DATA_OPERATIONS
 from sessionize_assets.definitions import build_definitions
 from sessionize_assets.home import Home
 from sessionize_assets.ingest.load_days import events_fingerprints
@@ -28,11 +30,11 @@ def test_the_maintenance_schedule_is_weekly_and_off_until_turned_on(tmp_path):
     assert schedule.job_name == TABLE_MAINTENANCE_JOB
 
 
-def test_the_maintenance_job_compacts_and_vacuums_a_home(two_days, tmp_path):
+def test_the_maintenance_job_compacts_and_vacuums_a_home(two_days, tmp_path, capsys):
     home = tmp_path / "home"
     shutil.copytree(two_days[0], home)
     # Load day 3 lands as two files (two loads' worth of files in one load day, which a
-    # compaction would merge), and waits for the next run.
+    # compaction merges), and the next run consumes it.
     (landing,) = (two_days[1] / f"load_date={TWO_DAYS_START + dt.timedelta(days=2)}").iterdir()
     header, *lines = landing.read_text().splitlines(keepends=True)
     halves = tmp_path / "landing"
@@ -41,12 +43,13 @@ def test_the_maintenance_job_compacts_and_vacuums_a_home(two_days, tmp_path):
         (halves / f"part{n}{landing.suffix}").write_text(header + "".join(part))
     load = [str(halves), "--load-tstamp-from", "load_tstamp"]
     assert main(["--home", str(home), *cli_now(4), "load", *load]) == 0
+    assert main(["--home", str(home), *cli_now(4), "run"]) == 0
     warehouse = Path(Home(home).warehouse)
     before = sum(files_on_disk(t) for t in warehouse.iterdir())
     tables = TimeBasedTables.at(Home(home).table)
-    pending = read_state(tables).pending_load_days()
-    assert pending == [TWO_DAYS_START + dt.timedelta(days=2)]
+    assert read_state(tables).pending_load_days() == []
     _, fingerprints = events_fingerprints(tables.events)
+    filtered_version = DeltaTable(tables.filtered_events).version()
     defs = build_definitions(home)
     result = defs.get_job_def(TABLE_MAINTENANCE_JOB).execute_in_process(
         run_config={"ops": {"maintain_tables": {"config": {"vacuum_hours": 0}}}},
@@ -59,11 +62,27 @@ def test_the_maintenance_job_compacts_and_vacuums_a_home(two_days, tmp_path):
     )
     assert any("unreferenced file(s)" in line for line in lines)
     assert sum(files_on_disk(t) for t in warehouse.iterdir()) < before
-    # Nothing looks new to the next run: `events` keeps its files (a load day's files are its
-    # fingerprint; compacted, every load day would be redone), so only day 3 is pending.
-    assert events_fingerprints(tables.events)[1] == fingerprints
-    assert read_state(tables).pending_load_days() == pending
-    assert any(line.startswith("events: ") and "kept as written" in line for line in lines)
+    # `events` is compacted: load day 3's two files are one, so its fingerprint (the hash of its
+    # files) changed, and the fingerprint filtered_events consumed was carried across: nothing
+    # looks new to the next run, which redoes no load day.
+    day3 = TWO_DAYS_START + dt.timedelta(days=2)
+    after = events_fingerprints(tables.events)[1]
+    assert after[day3] != fingerprints[day3]
+    assert any(
+        line.startswith("events: ") and "1 consumed load-day fingerprint(s) carried" in line
+        for line in lines
+    ), lines
+    assert read_state(tables).pending_load_days() == []
+    assert main(["--home", str(home), *cli_now(4), "run"]) == 0
+    # Its only commits since are VACUUM's (no data changed).
+    commits = DeltaTable(tables.filtered_events).history()
+    assert {
+        c["operation"] for c in commits if c["version"] > filtered_version
+    } <= NO_DATA_OPERATIONS, commits
+    # verify passes without a session run: VACUUM's commits to filtered_events left no row to
+    # consume.
+    capsys.readouterr()
+    assert main(["--home", str(home), *cli_now(4), "verify"]) == 0, capsys.readouterr().out[-2000:]
 
 
 def test_a_maintenance_run_is_refused_while_a_command_holds_the_home(two_days, tmp_path):

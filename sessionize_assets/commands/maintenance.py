@@ -18,8 +18,13 @@ from sessionize_assets.core.maintenance import (
 )
 from sessionize_assets.errors import UserError
 from sessionize_assets.home import Home
+from sessionize_assets.ingest.load_days import carry_consumed_fingerprints
 from sessionize_assets.resources.delta import add_actions, delta_table, optimize, table_ref
-from sessionize_assets.resources.tables import EVENTS, FILTERED_EVENTS
+from sessionize_assets.resources.tables import (
+    EVENTS,
+    FILTERED_EVENTS,
+    FILTERED_EVENTS_ACCOUNTING,
+)
 
 
 def delta_tables(warehouse: Path) -> list[Path]:
@@ -115,10 +120,19 @@ def _maintain_tables(spark, tables: list[Path], vacuum_hours: float | None) -> l
             # them. Each load-day run rewrites its partitions whole, so no small files pile up.
             line = f"{table.name}: {current_before} files kept as written (clustered by user)"
         elif table.name == EVENTS:
-            # Not compacted: a load day's files are its fingerprint (ingest/load_days.py), how the
-            # time-based branch sees that a writer changed the day; new files from a compaction
-            # would read as changed data and redo every load day on the next run.
-            line = f"{table.name}: {current_before} files kept as written (load-day fingerprints)"
+            # A load day's files are its fingerprint (ingest/load_days.py): the compaction's new
+            # files would read as changed data and redo every load day, unless the fingerprints
+            # filtered_events consumed are carried across it.
+            version = delta_table(str(table)).version()
+            optimize(spark, str(table))
+            current_after = len(add_actions(str(table))[1])
+            carried = carry_consumed_fingerprints(
+                str(table), str(table.parent / FILTERED_EVENTS_ACCOUNTING), version
+            )
+            line = (
+                f"{table.name}: {current_before} -> {current_after} files in the current version "
+                f"({carried} consumed load-day fingerprint(s) carried across the compaction)"
+            )
         else:
             optimize(spark, str(table))
             current_after = len(add_actions(str(table))[1])

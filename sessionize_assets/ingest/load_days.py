@@ -4,6 +4,11 @@ A load day's fingerprint is a hash of the data files of its partition. Any write
 rewrites or deletes from a load day changes it, so comparing fingerprints with the ones the last
 `filtered_events` materialization consumed tells which load days are pending -- from the lake, not
 from a sensor cursor.
+
+A compaction (OPTIMIZE) rewrites files without changing a row, so it changes fingerprints too.
+`sessionize maintain` carries the consumed fingerprints across its compactions
+(`carry_consumed_fingerprints`): a load day consumed as its files were just before an OPTIMIZE
+commit is consumed as they are just after it.
 """
 
 from __future__ import annotations
@@ -108,3 +113,94 @@ def pending_load_days(
     return version, {
         d: current.get(d, EMPTY_FINGERPRINT) for d in changed_load_days(current, consumed)
     }
+
+
+# Operations that rewrite files without changing a row (Spark's and delta-rs's compaction).
+COMPACTIONS = frozenset({"OPTIMIZE"})
+
+
+def carried_fingerprints(
+    consumed: dict[dt.date, str], compactions: list[tuple[dict[dt.date, str], dict[dt.date, str]]]
+) -> dict[dt.date, str]:
+    """The consumed fingerprints that compactions carry, in order (`compactions`: each commit's
+    fingerprints just before and just after it): {load day: fingerprint to record}. A day whose
+    consumed fingerprint is not the one just before a compaction (changed or never consumed)
+    is not carried by it: it stays pending."""
+    current = dict(consumed)
+    for before, after in compactions:
+        for day, fingerprint in current.items():
+            if before.get(day) == fingerprint and day in after:
+                current[day] = after[day]
+    return {d: fp for d, fp in current.items() if fp != consumed[d]}
+
+
+def compactions_since(
+    events_path: str, version: int
+) -> list[tuple[dict[dt.date, str], dict[dt.date, str]]]:
+    """(fingerprints just before, just after) for each compaction commit of `events` after
+    `version`, ascending."""
+    from sessionize_assets.resources.delta import delta_table
+
+    table = delta_table(events_path)
+    if table is None:
+        return []
+    versions = sorted(
+        int(c["version"])
+        for c in table.history()
+        if int(c["version"]) > version and str(c.get("operation")) in COMPACTIONS
+    )
+    return [
+        (_fingerprints_at(events_path, v - 1), _fingerprints_at(events_path, v)) for v in versions
+    ]
+
+
+def _fingerprints_at(events_path: str, version: int) -> dict[dt.date, str]:
+    _, actions = _add_actions(events_path, version)
+    files: dict[dt.date, list[str]] = defaultdict(list)
+    for path, day, _ in actions or []:
+        if day is not None:
+            files[_as_date(day)].append(path)
+    return {day: _fingerprint(paths) for day, paths in files.items()}
+
+
+def carry_consumed_fingerprints(events_path: str, accounting_path: str, version: int) -> int:
+    """After compactions of `events` since `version`: record the carried fingerprints in
+    `filtered_events_accounting` (one MERGE that updates a day only if its fingerprint is still
+    the one read, so a materialization that ran meanwhile wins). Returns the days carried."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    from sessionize_assets.resources.delta import committed, exists
+
+    if not exists(accounting_path):
+        return 0
+    consumed = consumed_fingerprints(accounting_path)
+    carried = carried_fingerprints(consumed, compactions_since(events_path, version))
+    if not carried:
+        return 0
+    source = pa.table(
+        {
+            LOAD_DATE: pa.array(sorted(carried), pa.date32()),
+            "consumed_fp": pa.array([consumed[d] for d in sorted(carried)], pa.string()),
+            "carried_fp": pa.array([carried[d] for d in sorted(carried)], pa.string()),
+        }
+    )
+
+    def write() -> None:
+        (
+            DeltaTable(accounting_path)
+            .merge(
+                source,
+                predicate=f"t.{LOAD_DATE} = s.{LOAD_DATE}",
+                source_alias="s",
+                target_alias="t",
+            )
+            .when_matched_update(
+                updates={"events_fingerprint": "s.carried_fp"},
+                predicate="t.events_fingerprint = s.consumed_fp",
+            )
+            .execute()
+        )
+
+    committed(write)
+    return len(carried)
