@@ -16,6 +16,7 @@ from sessionize_assets import checks as time_based_checks
 from sessionize_assets.home import Home
 from sessionize_assets.ingest import assets as ingest
 from sessionize_assets.jobs import build_jobs
+from sessionize_assets.refresh_job import refresh_job
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.manifest_lock import session_lock
 from sessionize_assets.resources.spark import SparkDeltaResource
@@ -55,7 +56,7 @@ def build_definitions(
         *late_days.build_sensors(settings),
         *session_models.build_sensors(settings),
     ]
-    jobs = [*build_jobs(settings), table_maintenance_job]
+    jobs = [*build_jobs(settings), table_maintenance_job, refresh_job]
     return Definitions(
         assets=assets,
         asset_checks=checks,

@@ -38,6 +38,16 @@ class CommandContext:
         self._defs = None
         self._export_environment()
 
+    @classmethod
+    def within_run(
+        cls, home: str, config: str | None, now: str | None, instance: DagsterInstance
+    ) -> CommandContext:
+        """A command's context inside a Dagster run (the UI's `refresh_job`): the run's home,
+        settings file, clock and instance."""
+        ctx = cls(argparse.Namespace(home=home, config=config, now=now))
+        ctx._instance = instance
+        return ctx
+
     def _export_environment(self) -> None:
         """The code server and run processes resolve the same settings from these."""
         os.environ["SESSIONIZE_HOME"] = str(self.home.root)

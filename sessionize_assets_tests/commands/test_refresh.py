@@ -14,8 +14,10 @@ from sessionize_assets.cli import main
 from sessionize_assets.commands.refresh import refresh_refusal
 from sessionize_assets.commands.sessions import run_sessions, verify_sessions
 from sessionize_assets.commands.time_based import _Runner
+from sessionize_assets.definitions import build_definitions
 from sessionize_assets.errors import SettingsError
 from sessionize_assets.home import Home
+from sessionize_assets.refresh_job import REFRESH_JOB
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import SparkDeltaResource
 from sessionize_assets.resources.tables import FILTERED_EVENTS
@@ -212,15 +214,32 @@ def test_refresh_from_a_day_restates_later_days_in_one_commit_per_table(
     )
     assert main([*cli, "verify"]) == 0, capsys.readouterr()
 
-    # A full refresh of both load days: still one commit per table, with a limit of one day.
+    # A full refresh of both load days from the UI's refresh_job: one commit per table, with a
+    # limit of one load day per run; unconfirmed, it fails with the sentence.
     held = {name: DeltaTable(table(name)).version() for name in held}
-    assert main([*cli, "refresh", "filtered_events", "--yes"]) == 0, capsys.readouterr()
-    assert "re-materialized for 2024-03-01..2024-03-02" in capsys.readouterr().out
+    defs = build_definitions(home, now="2024-03-03T00:30:00")
+    refresh_job = defs.get_job_def(REFRESH_JOB)
+    config = {"models": ["filtered_events"]}
+    refused = refresh_job.execute_in_process(
+        run_config={"ops": {"refresh_models": {"config": config}}},
+        instance=DagsterInstance.ephemeral(),
+        raise_on_error=False,
+    )
+    assert not refused.success
+    assert "confirm it with --yes" in str(refused.failure_data_for_node("refresh_models"))
+    done = refresh_job.execute_in_process(
+        run_config={"ops": {"refresh_models": {"config": {**config, "yes": True}}}},
+        instance=DagsterInstance.ephemeral(),
+    )
+    assert any(
+        "re-materialized for 2024-03-01..2024-03-02" in line
+        for line in done.output_for_node("refresh_models")
+    )
     for name, version in held.items():
-        assert len(_data_commits(table(name), version)) == 1, (
-            name,
-            _data_commits(table(name), version),
-        )
+        commits = _data_commits(table(name), version)
+        assert len(commits) == 1, (name, commits)
+    capsys.readouterr()
+    assert main([*cli, "verify"]) == 0, capsys.readouterr().out[-2000:]
 
     # A restatement keeps earlier rows, so it cannot apply a settings change.
     (home / "sessionize.yaml").write_text(
