@@ -16,6 +16,7 @@ from sessionize_assets.core.run_limits import (
     format_tstamp,
     next_last_success,
     nothing_new,
+    restated,
     run_limits,
     skips_window,
 )
@@ -167,6 +168,19 @@ def test_a_model_already_past_the_window_skips_it():
     assert skips_window(t("2021-01-31"), limits)  # at the upper limit: nothing left in the window
     assert not skips_window(t("2021-01-30 23:59"), limits)
     assert not skips_window(None, limits)
+
+
+def test_a_restatement_starts_the_window_at_midnight_of_its_day_or_earlier():
+    limits = run_limits(
+        {"sessions": t("2021-01-08 12:00")}, ("sessions",), START, 30, 6, t("2021-01-09")
+    )
+    assert limits.lower_limit == t("2021-01-08 06:00")
+    again = restated(limits, dt.date(2021, 1, 3))
+    assert (again.lower_limit, again.upper_limit) == (t("2021-01-03"), limits.upper_limit)
+    assert again.state == limits.state
+    # A day after the window's start leaves the window as it is.
+    assert restated(limits, dt.date(2021, 1, 8)).lower_limit == t("2021-01-08")
+    assert restated(limits, dt.date(2021, 1, 9)) == limits
 
 
 def test_last_success_moves_forward_only_and_only_on_success():
