@@ -26,4 +26,3 @@ def test_restate_from_is_an_iso_day_or_one_sentence():
     assert restate_day(None) is None
     with pytest.raises(SettingsError, match="restate_from must be a day such as"):
         restate_day("03/02/2024")
-
