@@ -2,7 +2,7 @@
 
 The same guarded work as the command: `yes: true` (or the setting allow_refresh) confirms it;
 `models` names what to rebuild (empty: the session models); `from_day` restates from that day
-under the settings that built the models (docs/operations.md).
+under the settings that built the models (README.md, "Using it"; docs/deviations.md).
 """
 
 # No `from __future__ import annotations`: Dagster reads the op's `config:` annotation as a type.

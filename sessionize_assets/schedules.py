@@ -1,5 +1,5 @@
 """Table maintenance from Dagster: `table_maintenance_job` (the same work as `sessionize maintain`)
-and a weekly schedule for it, off by default (docs/operations.md)."""
+and a weekly schedule for it, off by default (README.md, "Using it")."""
 
 # No `from __future__ import annotations`: Dagster reads the op's annotations (context, config,
 # resources) as classes.
