@@ -78,12 +78,12 @@ def lateness_by_load_day(counts: Counts) -> list[LoadDayLateness]:
     return out
 
 
-def lateness_lines(counts: Counts, last_load_days: int = 14, columns: int = 8) -> list[str]:
-    """`sessionize status --lateness`: per load day its late share and percentiles, then the
-    matrix of rows by load day and lateness (0 .. columns - 2 days late, then `more`)."""
+def lateness_matrix(
+    counts: Counts, last_load_days: int = 14, columns: int = 8
+) -> tuple[list[LoadDayLateness], list[str], dict[dt.date, dict[str, int]]]:
+    """The last load days' summaries, the matrix's column labels (`ahead` when a row is dated
+    after its load day, 0 .. columns - 2 days late, then `more`) and its rows by load day."""
     summary = lateness_by_load_day(counts)[-last_load_days:] if last_load_days else []
-    if not summary:
-        return ["lateness: no rows in filtered_events yet"]
     shown = {s.load_day for s in summary}
     matrix: dict[dt.date, dict[str, int]] = {d: defaultdict(int) for d in shown}
     labels = [str(n) for n in range(columns - 1)] + ["more"]
@@ -95,6 +95,15 @@ def lateness_lines(counts: Counts, last_load_days: int = 14, columns: int = 8) -
         matrix[load_day][label] += rows
     if any(matrix[d].get("ahead") for d in shown):
         labels = ["ahead", *labels]
+    return summary, labels, matrix
+
+
+def lateness_lines(counts: Counts, last_load_days: int = 14, columns: int = 8) -> list[str]:
+    """`sessionize status --lateness`: per load day its late share and percentiles, then the
+    matrix of rows by load day and lateness (`lateness_matrix`)."""
+    summary, labels, matrix = lateness_matrix(counts, last_load_days, columns)
+    if not summary:
+        return ["lateness: no rows in filtered_events yet"]
     lines = [
         f"lateness of the last {len(summary)} load day(s) (rows of filtered_events; days late = "
         "load day - event day):",
@@ -115,6 +124,36 @@ def lateness_lines(counts: Counts, last_load_days: int = 14, columns: int = 8) -
             + "".join(f"{row.get(label, 0):>{width}}" for label in labels)
         )
     return lines
+
+
+def lateness_markdown(counts: Counts, last_load_days: int = 14, columns: int = 8) -> str:
+    """The same summary and matrix as one Markdown table (the UI shows it on
+    `daily_aggregation_manifest`): a row per load day, its rows, late share, p50/p95/max days
+    late, then its rows by days late."""
+    summary, labels, matrix = lateness_matrix(counts, last_load_days, columns)
+    if not summary:
+        return "No rows in filtered_events yet."
+    head = ["load day", "rows", "late", "p50", "p95", "max", *(f"{x} d" for x in labels)]
+    out = [
+        f"Rows of filtered_events by days late (load day - event day), last {len(summary)} "
+        "load day(s):",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for s in summary:
+        row = matrix[s.load_day]
+        cells = [
+            s.load_day.isoformat(),
+            str(s.rows),
+            f"{s.late_share:.1%}",
+            str(s.p50_days),
+            str(s.p95_days),
+            str(s.max_days),
+            *(str(row.get(label, 0)) for label in labels),
+        ]
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
 
 
 def load_day_metadata(counts: Counts, load_days: Sequence[dt.date]) -> dict[str, dict]:

@@ -46,11 +46,16 @@ def events_fingerprints(events_path: str) -> tuple[int | None, dict[dt.date, str
     version, actions = _add_actions(events_path)
     if actions is None:
         return None, {}
+    return version, _by_load_day(actions)
+
+
+def _by_load_day(actions: list[tuple[str, object, object]]) -> dict[dt.date, str]:
+    """{load day: fingerprint of its files} from (path, load day, rows) add actions."""
     files: dict[dt.date, list[str]] = defaultdict(list)
     for path, day, _ in actions:
         if day is not None:
             files[_as_date(day)].append(path)
-    return version, {day: _fingerprint(paths) for day, paths in files.items()}
+    return {day: _fingerprint(paths) for day, paths in files.items()}
 
 
 def events_rows_per_load_day(events_path: str) -> dict[dt.date, int]:
@@ -155,12 +160,7 @@ def compactions_since(
 
 
 def _fingerprints_at(events_path: str, version: int) -> dict[dt.date, str]:
-    _, actions = _add_actions(events_path, version)
-    files: dict[dt.date, list[str]] = defaultdict(list)
-    for path, day, _ in actions or []:
-        if day is not None:
-            files[_as_date(day)].append(path)
-    return {day: _fingerprint(paths) for day, paths in files.items()}
+    return _by_load_day(_add_actions(events_path, version)[1] or [])
 
 
 def carry_consumed_fingerprints(events_path: str, accounting_path: str, version: int) -> int:

@@ -16,6 +16,7 @@ from dagster import (
     BackfillPolicy,
     Config,
     MaterializeResult,
+    MetadataValue,
     asset,
 )
 
@@ -29,6 +30,7 @@ from sessionize_assets.resources.spark import SparkDeltaResource
 from sessionize_assets.settings import Settings
 from sessionize_assets.time_based import definitions
 from sessionize_assets.time_based.steps import (
+    LATENESS_TABLE,
     StepResult,
     attributes_step,
     daily_aggregates_step,
@@ -217,7 +219,9 @@ def build_assets(settings: Settings) -> list[AssetsDefinition]:
     def daily_aggregation_manifest(lake: LakeResource) -> MaterializeResult:
         with faults.step_of("daily_aggregation_manifest"):
             result = manifest_step(TimeBasedTables.at(lake.table))
-        return MaterializeResult(metadata=partition_metadata(result.metadata, []))
+        metadata = dict(result.metadata)
+        metadata[LATENESS_TABLE] = MetadataValue.md(metadata[LATENESS_TABLE])
+        return MaterializeResult(metadata=partition_metadata(metadata, []))
 
     @asset(
         name="attributes",

@@ -34,7 +34,7 @@ from sessionize_assets.core.late_days import (
     latest_process_decisions,
     rows_up_to_horizon,
 )
-from sessionize_assets.core.lateness import load_day_metadata
+from sessionize_assets.core.lateness import lateness_markdown, load_day_metadata
 from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE
 from sessionize_assets.core.sessionize import user_key
 from sessionize_assets.ingest.load_days import EMPTY_FINGERPRINT
@@ -550,10 +550,14 @@ def _empty_filtered(spark: SparkSession) -> DataFrame:
     return spark.createDataFrame([], T.StructType(fields))
 
 
+LATENESS_TABLE = "lateness of the last 14 load days"
+
+
 def manifest_step(tables: TimeBasedTables) -> StepResult:
     """Rewrite daily_aggregation_manifest from the state (no event data read, no Spark job)."""
     started = time.monotonic()
-    rows = read_state(tables).manifest()
+    state = read_state(tables)
+    rows = state.manifest()
     replace_small(tables.manifest, [dataclasses.asdict(r) for r in rows], MANIFEST_SCHEMA)
     pending = {r.event_date.isoformat(): r.pending for r in rows if r.pending}
     return StepResult(
@@ -568,6 +572,8 @@ def manifest_step(tables: TimeBasedTables) -> StepResult:
                 r.event_date.isoformat() for r in rows if r.awaiting_aggregation
             ],
             "event days not accounted": [r.event_date.isoformat() for r in rows if not r.accounted],
+            # The lateness matrix of `sessionize status --lateness`, Markdown for the UI.
+            LATENESS_TABLE: lateness_markdown(state.counts),
             "time taken (s)": round(time.monotonic() - started, 3),
         },
         facts={"rows": rows},

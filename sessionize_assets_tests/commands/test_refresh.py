@@ -104,8 +104,9 @@ def test_a_changed_filter_stops_the_time_based_branch_until_a_confirmed_refresh(
         for r in spark.read.format("delta").load(filtered).select("event_name").distinct().collect()
     }
     assert len(names_before) > 1
+    # A run limit of one load day: the refresh still changes each table in one commit.
     (home / "sessionize.yaml").write_text(
-        f"start_date: {TWO_DAYS_START}\nevent_names: [page_view]\n"
+        f"start_date: {TWO_DAYS_START}\nevent_names: [page_view]\nbackfill_limit_days: 1\n"
     )
 
     capsys.readouterr()
@@ -135,9 +136,16 @@ def test_a_changed_filter_stops_the_time_based_branch_until_a_confirmed_refresh(
     assert main([*cli, "refresh", "filtered_events"]) == 2
     assert "rebuilds every load day of the time-based branch" in capsys.readouterr().err
 
+    held = {
+        name: DeltaTable(Home(home).table(name)).version()
+        for name in (FILTERED_EVENTS, "daily_aggregates")
+    }
     assert main([*cli, "refresh", "filtered_events", "--yes"]) == 0, capsys.readouterr()
     out = capsys.readouterr().out
     assert "re-materialized for 2024-03-01..2024-03-02" in out, out
+    for name, version in held.items():
+        commits = _data_commits(Home(home).table(name), version)
+        assert len(commits) == 1, (name, commits)
     names = spark.read.format("delta").load(filtered).select("event_name").distinct().collect()
     assert [r[0] for r in names] == ["page_view"]
     assert main([*cli, "verify"]) == 0, capsys.readouterr()
@@ -171,7 +179,7 @@ def _files_of_load_day(path: str, day: str) -> set[str]:
     return {a["path"] for a in add_actions(path)[1] if str(a["partition.load_date"]) == day}
 
 
-def test_refresh_from_a_day_restates_later_days_in_one_commit_per_table(
+def test_refresh_from_a_day_restates_later_days_from_the_command_line_and_the_ui(
     spark, two_days, tmp_path, capsys
 ):
     home = tmp_path / "home"
@@ -194,32 +202,9 @@ def test_refresh_from_a_day_restates_later_days_in_one_commit_per_table(
     restate = [*cli, "refresh", "daily_aggregates", "sessions", "--from", "2024-03-02"]
     assert main(restate) == 2
     assert "confirm it with --yes" in capsys.readouterr().err
-    assert main([*restate, "--yes"]) == 0
-    out = capsys.readouterr().out
-    assert "re-materialized for 2024-03-02\n" in out, out
-    assert "for every session with an event from 2024-03-02 on" in out, out
-    # Load day 1 kept its files; each time-based table changed in one commit.
-    assert _files_of_load_day(table(FILTERED_EVENTS), "2024-03-01") == first_day_files
-    for name, version in held.items():
-        assert len(_data_commits(table(name), version)) == 1, (
-            name,
-            _data_commits(table(name), version),
-        )
-    assert (
-        spark.read.format("delta")
-        .load(table("sessions"))
-        .filter(f"session_identifier = '{lost}'")
-        .count()
-        == 1
-    )
-    assert main([*cli, "verify"]) == 0, capsys.readouterr()
-
-    # A full refresh of both load days from the UI's refresh_job: one commit per table, with a
-    # limit of one load day per run; unconfirmed, it fails with the sentence.
-    held = {name: DeltaTable(table(name)).version() for name in held}
-    defs = build_definitions(home, now="2024-03-03T00:30:00")
-    refresh_job = defs.get_job_def(REFRESH_JOB)
-    config = {"models": ["filtered_events"]}
+    # The same restatement from the UI's refresh_job: unconfirmed, it fails with the sentence.
+    refresh_job = build_definitions(home, now="2024-03-03T00:30:00").get_job_def(REFRESH_JOB)
+    config = {"models": ["daily_aggregates", "sessions"], "from_day": "2024-03-02"}
     refused = refresh_job.execute_in_process(
         run_config={"ops": {"refresh_models": {"config": config}}},
         instance=DagsterInstance.ephemeral(),
@@ -231,13 +216,17 @@ def test_refresh_from_a_day_restates_later_days_in_one_commit_per_table(
         run_config={"ops": {"refresh_models": {"config": {**config, "yes": True}}}},
         instance=DagsterInstance.ephemeral(),
     )
-    assert any(
-        "re-materialized for 2024-03-01..2024-03-02" in line
-        for line in done.output_for_node("refresh_models")
-    )
+    out = "\n".join(done.output_for_node("refresh_models"))
+    assert "re-materialized for 2024-03-02\n" in out, out
+    assert "for every session with an event from 2024-03-02 on" in out, out
+    # Load day 1 kept its files; each time-based table changed in one commit (with a limit of
+    # one load day per run); the lost session is back.
+    assert _files_of_load_day(table(FILTERED_EVENTS), "2024-03-01") == first_day_files
     for name, version in held.items():
         commits = _data_commits(table(name), version)
         assert len(commits) == 1, (name, commits)
+    restored = spark.read.format("delta").load(table("sessions"))
+    assert restored.filter(f"session_identifier = '{lost}'").count() == 1
     capsys.readouterr()
     assert main([*cli, "verify"]) == 0, capsys.readouterr().out[-2000:]
 

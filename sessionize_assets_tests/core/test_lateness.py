@@ -7,6 +7,7 @@ import datetime as dt
 from sessionize_assets.core.lateness import (
     lateness_by_load_day,
     lateness_lines,
+    lateness_markdown,
     load_day_metadata,
     weighted_percentile,
 )
@@ -69,3 +70,16 @@ def test_lateness_lines_show_the_summary_and_the_matrix() -> None:
     # Only the last N load days are shown: with N = 1, load day 03-10 is left out.
     assert sum(line.strip().startswith("2024-03-10") for line in lateness_lines(COUNTS, 1)) == 0
     assert lateness_lines({}) == ["lateness: no rows in filtered_events yet"]
+
+
+def test_the_lateness_table_for_the_ui_holds_the_same_numbers() -> None:
+    lines = lateness_markdown(COUNTS, last_load_days=14, columns=4).splitlines()
+    assert (
+        lines[2]
+        == "| load day | rows | late | p50 | p95 | max | ahead d | 0 d | 1 d | 2 d | more d |"
+    )
+    assert lines[3] == "|" + "---|" * 11
+    assert lines[4] == "| 2024-03-10 | 100 | 10.0% | 0 | 1 | 9 | 0 | 90 | 8 | 0 | 2 |"
+    assert lines[5] == "| 2024-03-11 | 51 | 0.0% | 0 | 0 | 0 | 1 | 50 | 0 | 0 | 0 |"
+    assert len(lines) == 6
+    assert lateness_markdown({}) == "No rows in filtered_events yet."

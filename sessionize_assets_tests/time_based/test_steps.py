@@ -332,7 +332,11 @@ def test_every_materialization_carries_metadata(scenario) -> None:
     assert aggregated[RUN_TOTALS]["filtered_events files read"] == 5
     attributes = latest_metadata(instance, "attributes")
     assert attributes["rows written"] == attributes["dagster/row_count"] == 3
-    assert latest_metadata(instance, "daily_aggregation_manifest")["pending rows"] == 1
+    manifest = latest_metadata(instance, "daily_aggregation_manifest")
+    assert manifest["pending rows"] == 1
+    # The lateness matrix, a Markdown table the UI renders: load day 03-05's one row, 4 days late.
+    table = manifest["lateness of the last 14 load days"]
+    assert "| 2024-03-05 | 1 | 100.0% | 4 | 4 | 4 | 0 | 0 | 0 | 0 | 1 | 0 | 0 | 0 |" in table, table
 
 
 def test_a_run_of_one_partition_reports_plottable_numbers(scenario, tmp_path) -> None:
