@@ -149,9 +149,10 @@ def compactions_since(
     table = delta_table(events_path)
     if table is None:
         return []
+    newer = table.history(limit=max(1, table.version() - version))  # the commits after `version`
     versions = sorted(
         int(c["version"])
-        for c in table.history()
+        for c in newer
         if int(c["version"]) > version and str(c.get("operation")) in COMPACTIONS
     )
     return [
