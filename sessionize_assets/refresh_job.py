@@ -6,7 +6,6 @@ under the settings that built the models (README.md, "Using it"; docs/deviations
 """
 
 # No `from __future__ import annotations`: Dagster reads the op's `config:` annotation as a type.
-import datetime as dt
 from pathlib import Path
 
 from dagster import Config, Failure, OpExecutionContext, Output, job, op
@@ -16,6 +15,7 @@ from sessionize_assets.commands.refresh import RefreshFailed, refresh
 from sessionize_assets.errors import UserError
 from sessionize_assets.resources.command_lock import command_lock
 from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.settings import parse_day
 
 REFRESH_JOB = "refresh_job"
 
@@ -28,22 +28,12 @@ class RefreshConfig(Config):
     yes: bool = False
 
 
-def from_day_of(value: str | None) -> dt.date | None:
-    """The config's `from_day` as a day; one sentence when it is not one."""
-    if not value:
-        return None
-    try:
-        return dt.date.fromisoformat(value.strip())
-    except ValueError:
-        raise UserError(f"from_day must be a day such as 2024-03-02, not {value!r}.") from None
-
-
 @op(description="Rebuild or restate models (sessionize refresh), under the command lock.")
 def refresh_models(
     context: OpExecutionContext, config: RefreshConfig, lake: LakeResource
 ) -> Output[list[str]]:
     try:
-        day = from_day_of(config.from_day)
+        day = parse_day(config.from_day, "from_day")
         with command_lock(Path(lake.home), "refresh (Dagster run)"):
             ctx = CommandContext.within_run(lake.home, lake.config_file, lake.now, context.instance)
             lines = refresh(ctx, config.models, config.yes, day)

@@ -380,3 +380,14 @@ def parse_now(value: str | None) -> dt.datetime:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=dt.UTC)
     return parsed.astimezone(dt.UTC)
+
+
+def parse_day(value: str | None, what: str) -> dt.date | None:
+    """An ISO day from a run config (`what` names the field), or None when empty; one sentence
+    (SettingsError) when it is not a day."""
+    if not value:
+        return None
+    try:
+        return dt.date.fromisoformat(value.strip())
+    except ValueError:
+        raise SettingsError(f"{what} must be a day such as 2024-03-02, not {value!r}.") from None

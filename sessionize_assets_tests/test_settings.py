@@ -4,7 +4,14 @@ import re
 import pytest
 
 from sessionize_assets.errors import SettingsError
-from sessionize_assets.settings import Settings, from_mapping, load_settings, parse_now, to_mapping
+from sessionize_assets.settings import (
+    Settings,
+    from_mapping,
+    load_settings,
+    parse_day,
+    parse_now,
+    to_mapping,
+)
 
 
 def test_defaults_follow_the_spec():
@@ -140,3 +147,15 @@ def test_an_impossible_date_names_the_key(tmp_path) -> None:
     (tmp_path / "sessionize.yaml").write_text("start_date: 2024-02-30\n")
     with pytest.raises(SettingsError, match=r"`start_date` must be a date .* '2024-02-30'"):
         load_settings(tmp_path, tmp_path / "sessionize.yaml")
+
+
+def test_a_run_configs_day_is_an_iso_day_or_one_sentence_naming_the_field():
+    """`refresh_job`'s from_day and `session_models`' restate_from."""
+    assert parse_day("2024-03-02", "from_day") == dt.date(2024, 3, 2)
+    assert parse_day(None, "from_day") is None and parse_day("", "from_day") is None
+    with pytest.raises(
+        SettingsError, match=r"^from_day must be a day such as 2024-03-02, not 'soon'\.$"
+    ):
+        parse_day("soon", "from_day")
+    with pytest.raises(SettingsError, match="restate_from must be a day such as"):
+        parse_day("03/02/2024", "restate_from")

@@ -4,7 +4,6 @@ processing-manifest lock and calls `sessions.run.run_session_models`; nothing el
 """
 
 # No `from __future__ import annotations`: Dagster reads the op's `config:` annotation as a type.
-import datetime as dt
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
@@ -41,7 +40,7 @@ from sessionize_assets.sessions.state import ModelState, enabled_models
 from sessionize_assets.sessions.tables import (
     USER_SESSION_STATS,
 )
-from sessionize_assets.settings import Settings
+from sessionize_assets.settings import Settings, parse_day
 
 GROUP = "session_based"
 ASSET_NAME = "session_models"
@@ -63,18 +62,6 @@ REFRESH_REFUSED = (
     "A refresh rebuilds every session model from filtered_events: confirm it with `yes: true` in "
     "the run config (`sessionize refresh --yes`), or set allow_refresh: true in the settings."
 )
-
-
-def restate_day(value: str | None) -> dt.date | None:
-    """The `restate_from` config as a day (None: no restatement); one sentence when it is not one."""
-    if not value:
-        return None
-    try:
-        return dt.date.fromisoformat(value.strip()[:10])
-    except ValueError:
-        raise SettingsError(
-            f"restate_from must be a day such as 2024-01-31, not {value!r}."
-        ) from None
 
 
 def build_assets(
@@ -167,7 +154,7 @@ def build_assets(
             config.yes or lake.settings.allow_refresh
         ):
             raise SettingsError(REFRESH_REFUSED)
-        restate_from = restate_day(config.restate_from)
+        restate_from = parse_day(config.restate_from, "restate_from")
         spark: SparkDeltaResource = context.resources.spark
         session = spark.get_session()
         # The single place a processing-manifest lock wraps this run (item "session_models").
