@@ -5,6 +5,7 @@ invariant of daily_aggregates (SPEC section 5)."""
 # class, not a string.
 import datetime as dt
 from collections import defaultdict
+from collections.abc import Mapping
 
 from dagster import (
     AssetCheckExecutionContext,
@@ -20,7 +21,7 @@ from pyspark.sql import functions as F
 from sessionize_assets.core.filtering import duplicate_event_ids, duplicate_event_ids_touching
 from sessionize_assets.core.late_days import accounting_differences
 from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE
-from sessionize_assets.resources.delta import read_table
+from sessionize_assets.resources.delta import data_skipping_when_it_pays, read_table
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import SparkDeltaResource
 from sessionize_assets.settings import Settings
@@ -38,9 +39,11 @@ def duplicates_in_filtered_events(
     tables: TimeBasedTables,
     dedupe_lookback_days: int,
     load_days: tuple[dt.date, dt.date] | None = None,
+    configured: Mapping[str, str] | None = None,
 ) -> list[str]:
     """Copies of an event_id kept within dedupe_lookback_days load days of each other; with
-    `load_days` (first, last), only copies of which one is in those load days."""
+    `load_days` (first, last), only copies of which one is in those load days. `configured`:
+    the user's `spark` settings (data skipping is used only where it pays, unless set there)."""
     filtered = read_table(spark, tables.filtered_events)
     if filtered is None:
         return []
@@ -49,9 +52,11 @@ def duplicates_in_filtered_events(
     else:
         found = duplicate_event_ids_touching(filtered, dedupe_lookback_days, *load_days)
     found = found.orderBy("event_id", LOAD_DATE).limit(EXAMPLES)
+    with data_skipping_when_it_pays(spark, [tables.filtered_events], configured):
+        rows = found.collect()
     return [
         f"event_id {r.event_id} kept in load days {r[LOAD_DATE]} and {r.other_load_date}"
-        for r in found.collect()
+        for r in rows
     ]
 
 
@@ -105,6 +110,7 @@ def build_checks(settings: Settings) -> list[AssetChecksDefinition]:
             TimeBasedTables.at(lake.table),
             lake.settings.dedupe_lookback_days,
             load_days,
+            lake.settings.spark,
         )
         scope = (
             "all load days" if load_days is None else f"load days {load_days[0]}..{load_days[1]}"

@@ -328,17 +328,20 @@ def verify_reports(ctx: CommandContext) -> VerifyResult:
     BranchUnreadableError (one sentence naming the branch)."""
     from sessionize_assets.commands.sessions import verify_sessions
     from sessionize_assets.commands.time_based import verify_time_based
+    from sessionize_assets.resources.delta import data_skipping_when_it_pays
 
     lake = _lake(ctx)
     log_file = str(ctx.home.root / "logs" / "engine.log")
-    time_based = _verified(
-        "time-based branch", lambda: verify_time_based(lake, ctx.spark), log_file
-    )
-    sessions = _verified(
-        "session-based branch (sessions, users and their manifests)",
-        lambda: verify_sessions(lake, ctx.spark),
-        log_file,
-    )
+    largest = [lake.table(t) for t in ("events", "filtered_events", "sessions")]
+    with data_skipping_when_it_pays(ctx.spark, largest, ctx.settings.spark):
+        time_based = _verified(
+            "time-based branch", lambda: verify_time_based(lake, ctx.spark), log_file
+        )
+        sessions = _verified(
+            "session-based branch (sessions, users and their manifests)",
+            lambda: verify_sessions(lake, ctx.spark),
+            log_file,
+        )
     return VerifyResult(time_based, sessions)
 
 

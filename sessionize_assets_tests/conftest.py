@@ -103,7 +103,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # Seconds each of the slowest test files took in one full run on 2 cores (session 16; the fault
-# matrix's and the benchmark smoke test's scaled down for their cuts that session). The
+# matrix's and the benchmark smoke test's scaled down for their cuts that session; the exit
+# statuses' and the schedules' moved in session 20, when the two maintenance tests became one). The
 # test command distributes whole files to two processes in collection order
 # (`--dist loadfile --no-loadscope-reorder`, scripts/dev.sh): the longest go first, so the short
 # ones fill in at the end and neither process waits long for the other (pytest-xdist's own
@@ -111,9 +112,10 @@ def pytest_configure(config: pytest.Config) -> None:
 SLOW_FILES = {
     "sessions/test_incremental.py": 830,
     "test_fault_matrix.py": 700,
-    "test_exit_statuses.py": 650,
     "commands/test_time_based.py": 460,
     "sessions/test_equivalence.py": 430,
+    "test_exit_statuses.py": 400,
+    "test_schedules.py": 380,
     "test_pipeline_recovery.py": 260,
     "test_benchmarks_smoke.py": 260,
     "commands/test_forget.py": 245,
@@ -122,7 +124,6 @@ SLOW_FILES = {
     "commands/test_json_output.py": 170,
     "test_demo.py": 165,
     "time_based/test_steps.py": 155,
-    "test_schedules.py": 130,
     "commands/test_sessions.py": 125,
     "test_oracle_snowplow.py": 120,
 }

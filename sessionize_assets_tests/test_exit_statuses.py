@@ -130,69 +130,6 @@ def test_status_lateness_reads_the_delta_log_of_filtered_events(two_days, capsys
     assert "rows by days late:" in out
 
 
-def test_maintain_compacts_and_vacuums_but_keeps_what_the_change_feed_still_reads(
-    spark, two_days, tmp_path, capsys
-):
-    """`sessionize maintain` (issue 18): refused (status 2, one sentence, nothing changed) while
-    a session model still has to read filtered_events' change feed from an old version; then,
-    with the models caught up, every table compacted and old files deleted -- and the next load
-    day still runs incrementally and `verify` is clean."""
-    from sessionize_assets.commands.maintenance import files_on_disk
-    from sessionize_assets.resources.tables import INCREMENTAL_MANIFEST
-
-    home = tmp_path / "home"
-    shutil.copytree(two_days[0], home)
-    warehouse = Path(Home(home).warehouse)
-    manifest_path = Home(home).table(INCREMENTAL_MANIFEST)
-    caught_up = DeltaTable(manifest_path).to_pyarrow_table()
-    # A model one version behind: it will read the change feed from the latest version.
-    latest = DeltaTable(Home(home).table(FILTERED_EVENTS)).version()
-    behind = caught_up.set_column(
-        caught_up.schema.get_field_index("consumed_version"),
-        "consumed_version",
-        pa.array([latest - 1] * caught_up.num_rows, pa.int64()),
-    )
-    write_deltalake(manifest_path, behind, mode="overwrite")
-    before = {t.name: files_on_disk(t) for t in warehouse.iterdir()}
-    capsys.readouterr()
-    assert main(["--home", str(home), "maintain", "--vacuum-hours", "0"]) == 2
-    err = capsys.readouterr().err
-    assert f"change data feed from version {latest}" in err and "--vacuum-hours" in err, err
-    assert {t.name: files_on_disk(t) for t in warehouse.iterdir()} == before
-
-    write_deltalake(manifest_path, caught_up, mode="overwrite")
-    # With the default retention (168 hours) time travel to the version the models consumed and
-    # the change feed from it still read after maintain.
-    filtered = Home(home).table(FILTERED_EVENTS)
-
-    def at(version: int) -> list[tuple]:
-        read = spark.read.format("delta").option("versionAsOf", version).load(filtered)
-        return sorted(tuple(r) for r in read.select("load_date", "event_id").collect())
-
-    held = at(latest)
-    feed = spark.read.format("delta").option("readChangeFeed", "true")
-    inserted = (
-        feed.option("startingVersion", latest)
-        .load(filtered)
-        .filter("_commit_version = " + str(latest))
-    )
-    inserted_before = inserted.count()
-    assert held and inserted_before > 0
-    assert main(["--home", str(home), "maintain"]) == 0
-    assert at(latest) == held
-    assert inserted.count() == inserted_before
-    assert main(["--home", str(home), "maintain", "--vacuum-hours", "0"]) == 0
-    out = capsys.readouterr().out
-    assert "filtered_events:" in out and "unreferenced file(s)" in out
-    assert "files kept as written (clustered by user)" in out  # its layout is not compacted away
-    after = {t.name: files_on_disk(t) for t in warehouse.iterdir()}
-    assert sum(after.values()) < sum(before.values())  # replaced and compacted files are gone
-
-    _load(home, two_days[1], 3)
-    assert main(["--home", str(home), *_now(4), "run"]) == 0
-    assert main(["--home", str(home), *_now(4), "verify"]) == 0
-
-
 def test_a_spark_option_the_engine_refuses_at_start_up_is_one_sentence_naming_it(tmp_path):
     """No static rule knows spark.memory.fraction's range: Spark's own refusal at start-up is
     turned into the sentence (status 2), naming the key."""

@@ -1,5 +1,5 @@
-"""The weekly table maintenance from Dagster: off by default, and its job does what `sessionize
-maintain` does (run in-process on a real home)."""
+"""Table maintenance: `sessionize maintain` and the weekly maintenance job from Dagster (off by
+default; its job does what the command does), run in-process on a real home."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import datetime as dt
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
 from dagster import DagsterInstance, DefaultScheduleStatus
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
 from sessionize_assets.cli import main
 from sessionize_assets.commands.maintenance import files_on_disk
@@ -30,9 +31,61 @@ def test_the_maintenance_schedule_is_weekly_and_off_until_turned_on(tmp_path):
     assert schedule.job_name == TABLE_MAINTENANCE_JOB
 
 
-def test_the_maintenance_job_compacts_and_vacuums_a_home(two_days, tmp_path, capsys):
+def test_maintenance_keeps_what_is_still_read_then_compacts_and_vacuums_a_home(
+    spark, two_days, tmp_path, capsys
+):
+    """`sessionize maintain` and the maintenance job (issue 18), on one home:
+
+    1. refused (status 2, one sentence, nothing changed) while a session model still has to read
+       filtered_events' change feed from an old version;
+    2. with the models caught up and the default retention, compacted while time travel to the
+       version they consumed and the change feed from it still read; the next load day (landed
+       as two files) then runs incrementally;
+    3. the job with no retention: every table compacted (filtered_events keeps its clustered
+       layout), old files deleted, `events` compacted with its consumed fingerprints carried, so
+       the next run redoes nothing and `verify` is clean."""
+    from sessionize_assets.resources.tables import FILTERED_EVENTS, INCREMENTAL_MANIFEST
+
     home = tmp_path / "home"
     shutil.copytree(two_days[0], home)
+    warehouse = Path(Home(home).warehouse)
+    manifest_path = Home(home).table(INCREMENTAL_MANIFEST)
+    caught_up = DeltaTable(manifest_path).to_pyarrow_table()
+    # 1. A model one version behind: it will read the change feed from the latest version.
+    filtered = Home(home).table(FILTERED_EVENTS)
+    latest = DeltaTable(filtered).version()
+    behind = caught_up.set_column(
+        caught_up.schema.get_field_index("consumed_version"),
+        "consumed_version",
+        pa.array([latest - 1] * caught_up.num_rows, pa.int64()),
+    )
+    write_deltalake(manifest_path, behind, mode="overwrite")
+    before = {t.name: files_on_disk(t) for t in warehouse.iterdir()}
+    capsys.readouterr()
+    assert main(["--home", str(home), "maintain", "--vacuum-hours", "0"]) == 2
+    err = capsys.readouterr().err
+    assert f"change data feed from version {latest}" in err and "--vacuum-hours" in err, err
+    assert {t.name: files_on_disk(t) for t in warehouse.iterdir()} == before
+
+    # 2. Caught up; the default retention (168 hours) keeps time travel and the change feed.
+    write_deltalake(manifest_path, caught_up, mode="overwrite")
+
+    def at(version: int) -> list[tuple]:
+        read = spark.read.format("delta").option("versionAsOf", version).load(filtered)
+        return sorted(tuple(r) for r in read.select("load_date", "event_id").collect())
+
+    held = at(latest)
+    feed = spark.read.format("delta").option("readChangeFeed", "true")
+    inserted = (
+        feed.option("startingVersion", latest)
+        .load(filtered)
+        .filter("_commit_version = " + str(latest))
+    )
+    inserted_before = inserted.count()
+    assert held and inserted_before > 0
+    assert main(["--home", str(home), "maintain"]) == 0
+    assert at(latest) == held
+    assert inserted.count() == inserted_before
     # Load day 3 lands as two files (two loads' worth of files in one load day, which a
     # compaction merges), and the next run consumes it.
     (landing,) = (two_days[1] / f"load_date={TWO_DAYS_START + dt.timedelta(days=2)}").iterdir()
@@ -44,7 +97,8 @@ def test_the_maintenance_job_compacts_and_vacuums_a_home(two_days, tmp_path, cap
     load = [str(halves), "--load-tstamp-from", "load_tstamp"]
     assert main(["--home", str(home), *cli_now(4), "load", *load]) == 0
     assert main(["--home", str(home), *cli_now(4), "run"]) == 0
-    warehouse = Path(Home(home).warehouse)
+
+    # 3. The maintenance job, no retention.
     before = sum(files_on_disk(t) for t in warehouse.iterdir())
     tables = TimeBasedTables.at(Home(home).table)
     assert read_state(tables).pending_load_days() == []

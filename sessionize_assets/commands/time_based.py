@@ -476,7 +476,9 @@ def verify_time_based(lake: LakeResource, spark: SparkSession) -> TimeBasedVerif
     accounting = [f"accounting: {d}" for d in accounting_invariant(spark, tables)]
     duplicates = [
         f"filtered_events: {d}"
-        for d in duplicates_in_filtered_events(spark, tables, settings.dedupe_lookback_days)
+        for d in duplicates_in_filtered_events(
+            spark, tables, settings.dedupe_lookback_days, configured=settings.spark
+        )
     ]
     aggregates, attributes = _verify_aggregates_and_attributes(
         spark, tables, settings, state, lake.current_time().date()

@@ -166,6 +166,48 @@ def in_list(column: str, days: Iterable[dt.date]) -> str:
     return f"{column} IN ({values})"
 
 
+DATA_SKIPPING = "spark.databricks.delta.stats.skipping"
+
+# Delta's data skipping (its per-file min/max statistics) plans every scan with a Spark job over
+# the table's file list. On tables of a few files that job costs more than reading the files it
+# could skip (about a quarter of a second per scan, measured on the small-run history:
+# docs/benchmarks.md, "Session 20"). Partition pruning does not need it.
+SKIPPING_MIN_FILES = 64
+
+
+def skipping_pays(file_counts: Iterable[int | None], min_files: int | None = None) -> bool:
+    """True when some table holds more than `min_files` (default SKIPPING_MIN_FILES) live files
+    (absent tables: None), the only case where skipping files by their statistics can save more
+    than it costs."""
+    limit = SKIPPING_MIN_FILES if min_files is None else min_files
+    return any(count is not None and count > limit for count in file_counts)
+
+
+def live_files(path: str) -> int | None:
+    """The number of live files of the table at `path` (delta-rs, no Spark); None when absent or
+    unreadable (only a hint for planning: the step that reads the table reports its error)."""
+    try:
+        table = delta_table(path)
+        return len(table.file_uris()) if table is not None else None
+    except Exception:  # noqa: BLE001 - a corrupt log is the reading step's error to report
+        return None
+
+
+@contextmanager
+def data_skipping_when_it_pays(
+    spark: SparkSession, paths: Iterable[str], configured: Mapping[str, str] | None = None
+) -> Iterator[None]:
+    """Delta's data skipping off for the block when none of the tables at `paths` (the largest a
+    step reads) has more than SKIPPING_MIN_FILES files. A `spark` setting of the user's naming
+    `spark.databricks.delta.stats.skipping` is left alone. Results never change: skipping
+    only decides which files a scan opens, and the filters still apply to their rows."""
+    if DATA_SKIPPING in (configured or {}) or skipping_pays(live_files(p) for p in paths):
+        yield
+        return
+    with temporary_conf(spark, {DATA_SKIPPING: "false"}):
+        yield
+
+
 @contextmanager
 def temporary_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
     """`settings` set on the Spark session for the duration of the block, then restored.

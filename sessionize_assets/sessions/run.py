@@ -28,7 +28,12 @@ from sessionize_assets.core.run_limits import (
 )
 from sessionize_assets.errors import SettingsError
 from sessionize_assets.resources import shared_reads
-from sessionize_assets.resources.delta import delta_version, read_version, table_or_empty
+from sessionize_assets.resources.delta import (
+    data_skipping_when_it_pays,
+    delta_version,
+    read_version,
+    table_or_empty,
+)
 from sessionize_assets.resources.tables import (
     FILTERED_EVENTS,
     INCREMENTAL_MANIFEST,
@@ -75,7 +80,26 @@ def run_session_models(
     built them (`state.settings_refusal`). `restate_from` (`sessionize refresh --from DAY`): the
     window starts at that day at the latest, so every session with an event from that day on is
     recomputed from filtered_events, as a run's lookback recomputes the last hours' sessions
-    (`core.run_limits.restated`)."""
+    (`core.run_limits.restated`). Delta's data skipping is on only where it pays
+    (`data_skipping_when_it_pays` on filtered_events, sessions and the lifecycle manifest)."""
+    tables = [
+        table_path(FILTERED_EVENTS),
+        table_path(SESSIONS),
+        table_path(SESSIONS_LIFECYCLE_MANIFEST),
+    ]
+    with data_skipping_when_it_pays(spark, tables, settings.spark):
+        return _run_session_models(spark, table_path, settings, now, log, refresh, restate_from)
+
+
+def _run_session_models(
+    spark: SparkSession,
+    table_path: TablePath,
+    settings: Settings,
+    now: dt.datetime,
+    log: logging.Logger | Any | None,
+    refresh: bool,
+    restate_from: dt.date | None,
+) -> SessionRunOutcome:
     log = log or logging.getLogger(__name__)
     now = as_utc(now)
     models = enabled_models(settings)

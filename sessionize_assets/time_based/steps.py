@@ -41,6 +41,7 @@ from sessionize_assets.ingest.load_days import EMPTY_FINGERPRINT
 from sessionize_assets.resources import shared_reads
 from sessionize_assets.resources.delta import (
     add_actions,
+    data_skipping_when_it_pays,
     delta_table,
     delta_version,
     exists,
@@ -91,6 +92,19 @@ def _limits_metadata(state: TimeBasedState, settings: Settings, now: dt.datetime
 
 
 def filtered_events_step(
+    spark: SparkSession,
+    tables: TimeBasedTables,
+    settings: Settings,
+    load_days: Sequence[dt.date],
+    now: dt.datetime,
+) -> StepResult:
+    """Filter and deduplicate load days; replace exactly their rows; record the accounting
+    (`_filtered_events`), with Delta's data skipping only where it pays."""
+    with data_skipping_when_it_pays(spark, [tables.events, tables.filtered_events], settings.spark):
+        return _filtered_events(spark, tables, settings, load_days, now)
+
+
+def _filtered_events(
     spark: SparkSession,
     tables: TimeBasedTables,
     settings: Settings,
@@ -406,7 +420,19 @@ def daily_aggregates_step(
     all_loaded_rows: bool = False,
 ) -> StepResult:
     """Recompute event days in full from their rows with load day <= horizon; replace exactly
-    their rows. `all_loaded_rows`: a keyhole repair that counts every row loaded so far."""
+    their rows (`_daily_aggregates`), with Delta's data skipping only where it pays.
+    `all_loaded_rows`: a keyhole repair that counts every row loaded so far."""
+    with data_skipping_when_it_pays(spark, [tables.filtered_events], settings.spark):
+        return _daily_aggregates(spark, tables, settings, event_days, all_loaded_rows)
+
+
+def _daily_aggregates(
+    spark: SparkSession,
+    tables: TimeBasedTables,
+    settings: Settings,
+    event_days: Sequence[dt.date],
+    all_loaded_rows: bool,
+) -> StepResult:
     started = time.monotonic()
     days = sorted(set(event_days))
     state = read_state(tables)
