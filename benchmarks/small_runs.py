@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         {
             "spark.master": "local[2]",
             "spark.sql.shuffle.partitions": "2",
-            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=256m",
             "spark.ui.enabled": "true",
             "spark.ui.port": str(UI_PORT),
             "spark.ui.retainedJobs": "100000",

@@ -22,7 +22,12 @@ def spark():
             "spark.master": "local[2]",
             "spark.sql.shuffle.partitions": "2",
             # Tests are many short jobs: the C1 JIT and serial GC start faster and use less CPU.
-            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+            # C1 alone gets a 48 MB code cache by default, which one CI run filled within 80 s
+            # ("CodeCache is full", then "Out of space in CodeCache for adapters" failed every
+            # later query of that process): a larger reserve costs address space, not memory.
+            "spark.driver.extraJavaOptions": (
+                "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=256m"
+            ),
         }
     )
     yield session

@@ -34,7 +34,7 @@ ENGINE_SETTINGS = {
     "spark.master": "local[1]",
     "spark.sql.shuffle.partitions": "1",
     "spark.driver.memory": "1g",
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=256m",
 }
 
 
