@@ -491,6 +491,48 @@ def gap_lifecycle(sessions: Iterable[Mapping[str, Any]]) -> list[Row]:
     ]
 
 
+def gap_superseded(old: Iterable[Mapping[str, Any]], new: Iterable[Mapping[str, Any]]) -> list[Row]:
+    """gap mode's superseded_sessions rows of one run, from the sessions before it (`old`) and
+    after it (`new`): every old id gone from `new`, once per new session of its user whose span
+    overlaps its own (ends included; none: one row without a successor), with the reason --
+    `removed` (no successor), `cut at max_session_days` (several successors, this one
+    quarantined), `split` (several), `merged` (the successor overlaps several old sessions),
+    else `first event changed`."""
+    old, new = list(old), list(new)
+    new_ids = {s["session_identifier"] for s in new}
+
+    def overlap(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+        return (
+            a["user_identifier"] is not None
+            and a["user_identifier"] == b["user_identifier"]
+            and b["start_tstamp"] <= a["end_tstamp"]
+            and b["end_tstamp"] >= a["start_tstamp"]
+        )
+
+    covers = {s["session_identifier"]: sum(overlap(o, s) for o in old) for s in new}
+    rows = []
+    for gone in (o for o in old if o["session_identifier"] not in new_ids):
+        successors = [s for s in new if overlap(gone, s)]
+        for s in successors or [None]:
+            if s is None:
+                reason = "removed"
+            elif len(successors) > 1:
+                reason = "cut at max_session_days" if s["is_quarantined"] else "split"
+            elif covers[s["session_identifier"]] > 1:
+                reason = "merged"
+            else:
+                reason = "first event changed"
+            rows.append(
+                {
+                    "superseded_session_identifier": gone["session_identifier"],
+                    "session_identifier": None if s is None else s["session_identifier"],
+                    "user_identifier": gone["user_identifier"],
+                    "reason": reason,
+                }
+            )
+    return rows
+
+
 def quarantined_sessions(lifecycle: Iterable[Mapping[str, Any]], settings: Settings) -> list[Row]:
     """quarantined_sessions from the lifecycle rows (gap mode: the quarantined pieces; id mode:
     every session the lifecycle memory holds as quarantined, since that table only grows): id,

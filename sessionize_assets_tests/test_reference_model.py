@@ -88,3 +88,48 @@ def test_user_session_stats_interpolate_the_median_and_skip_sessions_without_a_u
         "max_duration_s": 100.0,
     }
     assert stats["b"]["median_duration_s"] == 7.0 and stats["b"]["sessions"] == 1
+
+
+def test_gap_superseded_names_each_reason_and_successor() -> None:
+    def s(sid: str, user: str, start: int, end: int, quarantined: bool = False) -> dict:
+        day = dt.datetime(2024, 3, 1, tzinfo=dt.UTC)
+        return {
+            "session_identifier": sid,
+            "user_identifier": user,
+            "start_tstamp": day + dt.timedelta(hours=start),
+            "end_tstamp": day + dt.timedelta(hours=end),
+            "is_quarantined": quarantined,
+        }
+
+    old = [
+        s("a1", "u1", 1, 2),
+        s("a2", "u1", 4, 5),  # a late event closes the gap between a1 and a2: merged into m
+        s("b1", "u2", 1, 3),  # a late first event: same span, new id
+        s("c1", "u3", 1, 9),  # a deleted middle event: two sessions
+        s("d1", "u4", 1, 2),  # every event deleted
+        s("e1", "u5", 1, 60),  # a long chain now cut at a day boundary
+        s("k1", "u6", 1, 2),  # untouched
+    ]
+    new = [
+        s("m", "u1", 1, 5),
+        s("b2", "u2", 0, 3),
+        s("c2", "u3", 1, 2),
+        s("c3", "u3", 8, 9),
+        s("e2", "u5", 1, 23, True),
+        s("e3", "u5", 24, 60, True),
+        s("k1", "u6", 1, 2),
+    ]
+    got = sorted(
+        (r["superseded_session_identifier"], r["session_identifier"], r["reason"])
+        for r in reference.gap_superseded(old, new)
+    )
+    assert got == [
+        ("a1", "m", "merged"),
+        ("a2", "m", "merged"),
+        ("b1", "b2", "first event changed"),
+        ("c1", "c2", "split"),
+        ("c1", "c3", "split"),
+        ("d1", None, "removed"),
+        ("e1", "e2", "cut at max_session_days"),
+        ("e1", "e3", "cut at max_session_days"),
+    ]

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+from collections import Counter
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -137,7 +139,7 @@ def test_caught_up_sessions_equal_a_full_recompute(spark, tmp_path_factory, mode
     loaded: dict[dt.date, list[dict]] = {}  # filtered_events as the steps leave it, in Python
     memory: dict[str, dict] = {}  # id mode: the reference's lifecycle memory, run by run
     compared = 0  # runs whose tables were compared with the reference
-    seen: set[str] = set()  # gap mode: the session ids compared runs left in sessions
+    seen = Superseded()  # gap mode: what the compared runs left in sessions and superseded_sessions
     for step in random_history(rng, mode):
         if step[0] == "load":
             write_load_days(spark, home, step[1])
@@ -176,7 +178,7 @@ def test_caught_up_sessions_equal_a_full_recompute(spark, tmp_path_factory, mode
 
 
 def compare_after_run(
-    home, settings, loaded: dict, memory: dict, seen: set[str], outcome, when: str
+    home, settings, loaded: dict, memory: dict, seen: Superseded, outcome, when: str
 ) -> bool:
     """After every run of the history, not only the last (issue 19): the tables equal the
     reference's on the rows filtered_events held, up to the run's window."""
@@ -190,19 +192,41 @@ def compare_after_run(
     return True
 
 
-def superseded_differences(home, settings, sessions: list[dict], seen: set[str]) -> list[str]:
-    """superseded_sessions after a run, given the reference's `sessions` for it. gap mode: every
-    session id an earlier compared run left in `sessions` (`seen`, which this call extends) and
-    that is gone now has a row (an id born and replaced inside one run has one too, but no
-    comparison saw it); id mode never supersedes an id, so the table stays empty."""
+@dataclass
+class Superseded:
+    """gap mode, after the last compared run: the session ids runs left in `sessions`, the
+    reference's lifecycle rows, and the superseded_sessions rows stored (without their time)."""
+
+    ids: set[str] = field(default_factory=set)
+    lifecycle: list[dict] = field(default_factory=list)
+    stored: Counter = field(default_factory=Counter)
+
+
+def superseded_differences(home, settings, sessions: list[dict], seen: Superseded) -> list[str]:
+    """superseded_sessions after a run, given the reference's `sessions` for it. gap mode: the
+    rows the run added are the reference's (`reference.gap_superseded` of the sessions before
+    and after it: each gone id with its successors and the reason), and every session id an
+    earlier compared run left in `sessions` and that is gone now has a row; `seen` moves on to
+    this run. id mode never supersedes an id, so the table stays empty."""
     stored = reference.delta_rows(Home(home).table("superseded_sessions"), missing_is_empty=True)
     recorded = {r["superseded_session_identifier"] for r in stored}
     if settings.session_mode == "id":
         return [f"superseded_sessions: id mode wrote {len(stored)} row(s)"] if stored else []
+    columns = ("superseded_session_identifier", "session_identifier", "user_identifier", "reason")
     now = {s["session_identifier"] for s in sessions}
-    missing = sorted((seen - now) - recorded)
-    seen |= now
-    return [f"superseded_sessions: gone id {sid} has no row" for sid in missing[:10]]
+    missing = sorted((seen.ids - now) - recorded)
+    problems = [f"superseded_sessions: gone id {sid} has no row" for sid in missing[:10]]
+    lifecycle = reference.gap_lifecycle(sessions)
+    added = Counter(tuple(r[c] for c in columns) for r in stored) - seen.stored
+    expected = Counter(
+        tuple(r[c] for c in columns) for r in reference.gap_superseded(seen.lifecycle, lifecycle)
+    )
+    problems += [f"superseded_sessions: unexpected row {row}" for row in (added - expected)][:10]
+    problems += [f"superseded_sessions: missing row {row}" for row in (expected - added)][:10]
+    seen.ids |= now
+    seen.lifecycle = lifecycle
+    seen.stored += added
+    return problems
 
 
 def remember(memory: dict, loaded: dict, settings, outcome) -> None:
