@@ -49,10 +49,11 @@ def test_a_table_of_few_files_turns_skipping_off_for_the_block_only(spark, tmp_p
 
 
 def test_the_steps_and_the_session_run_plan_under_the_decision(spark, tmp_path, monkeypatch):
-    """The time-based steps and the session models' run do their Spark work inside the decision
-    (here: an empty home, so every table counts as few files)."""
+    """The time-based steps, the session models' run and the duplicates check do their Spark work
+    inside the decision (here: an empty home, so every table counts as few files)."""
     import datetime as dt
 
+    from sessionize_assets import checks
     from sessionize_assets.home import Home
     from sessionize_assets.sessions import run as session_run
     from sessionize_assets.settings import from_mapping
@@ -80,3 +81,20 @@ def test_the_steps_and_the_session_run_plan_under_the_decision(spark, tmp_path, 
     session_run.run_session_models(spark, home.table, settings, now)
     assert seen == {n: "false" for n in ("filtered_events", "daily_aggregates", "session_models")}
     assert spark.conf.get(DATA_SKIPPING, None) != "false"
+
+    # The duplicates check runs its one query (the collect) inside the decision too.
+    class Found:
+        def orderBy(self, *columns):  # noqa: ANN002, ANN202, N802 - DataFrame's names
+            return self
+
+        def limit(self, n):  # noqa: ANN001, ANN202
+            return self
+
+        def collect(self):  # noqa: ANN202
+            seen["duplicates check"] = spark.conf.get(DATA_SKIPPING, None)
+            return []
+
+    monkeypatch.setattr(checks, "read_table", lambda spark, path: "filtered_events")
+    monkeypatch.setattr(checks, "duplicate_event_ids", lambda frame, days: Found())
+    assert checks.duplicates_in_filtered_events(spark, tables, 1) == []
+    assert seen["duplicates check"] == "false"
