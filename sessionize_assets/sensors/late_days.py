@@ -27,6 +27,7 @@ from dagster import (
     sensor,
 )
 
+from sessionize_assets.backfills import wait_for_backfills
 from sessionize_assets.core.planning import finish_due, ready_event_days
 from sessionize_assets.jobs import REQUESTED_BY_TAG, TIME_BASED_LANE
 from sessionize_assets.resources.lake import LakeResource
@@ -36,6 +37,15 @@ from sessionize_assets.time_based.state import read_state
 from sessionize_assets.time_based.tables import TimeBasedTables
 
 SENSOR_NAME = "late_days_sensor"
+# It waits while a backfill materializes what it requests, or the load days whose decisions it
+# reads (those decisions change under it until the backfill ends).
+WANTED = (
+    "filtered_events",
+    "days_to_process",
+    "daily_aggregates",
+    "attributes",
+    "daily_aggregation_manifest",
+)
 
 
 def plan_late_day_requests(
@@ -80,10 +90,13 @@ def build_sensors(settings: Settings) -> list[SensorDefinition]:
     )
     def late_days_sensor(context: SensorEvaluationContext, lake: LakeResource):
         cursor = json.loads(context.cursor) if context.cursor else {}
-        state = read_state(TimeBasedTables.at(lake.table))
         refused = definitions.refusal(TimeBasedTables.at(lake.table).definitions, lake.settings)
         if refused:
             return SensorResult(skip_reason=SkipReason(refused), cursor=context.cursor)
+        busy = wait_for_backfills(context.instance, WANTED)
+        if busy:
+            return SensorResult(skip_reason=busy, cursor=context.cursor)
+        state = read_state(TimeBasedTables.at(lake.table))
         now = lake.current_time()
         to_request, requested, waiting = plan_late_day_requests(
             state.outstanding(), cursor.get("requested", {}), now.date()

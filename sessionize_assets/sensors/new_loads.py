@@ -14,6 +14,7 @@ from dagster import (
     sensor,
 )
 
+from sessionize_assets.backfills import wait_for_backfills
 from sessionize_assets.core.planning import next_load_days
 from sessionize_assets.ingest.load_days import EMPTY_FINGERPRINT
 from sessionize_assets.jobs import LOAD_DAY_JOB, TIME_BASED_LANE
@@ -23,6 +24,9 @@ from sessionize_assets.settings import Settings
 from sessionize_assets.time_based import definitions
 from sessionize_assets.time_based.state import read_state
 from sessionize_assets.time_based.tables import TimeBasedTables
+
+# What this sensor requests: it waits while a backfill materializes either.
+WANTED = ("filtered_events", "days_to_process")
 
 
 def plan_requests(
@@ -73,6 +77,9 @@ def build_sensors(settings: Settings) -> list[SensorDefinition]:
         refused = definitions.refusal(TimeBasedTables.at(lake.table).definitions, lake.settings)
         if refused:
             return SensorResult(skip_reason=SkipReason(refused), cursor=context.cursor)
+        waiting = wait_for_backfills(context.instance, WANTED)
+        if waiting:
+            return SensorResult(skip_reason=waiting, cursor=context.cursor)
         state = read_state(TimeBasedTables.at(lake.table))
         if state.events_version is None:
             return SensorResult(

@@ -26,9 +26,11 @@ from dagster import (
     sensor,
 )
 
+from sessionize_assets.backfills import wait_for_backfills
 from sessionize_assets.core.run_limits import caught_up
 from sessionize_assets.jobs import SESSION_MODELS_JOB, SESSIONS_LANE
 from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.tables import FILTERED_EVENTS, INCREMENTAL_MANIFEST
 from sessionize_assets.sessions.state import (
     enabled_models,
     lake_state,
@@ -51,6 +53,8 @@ def session_request_key(version: int, manifest_rows: list[tuple]) -> str:
 def build_sensors(settings: Settings) -> list[SensorDefinition]:
     """`session_models_sensor` (reads the lake with delta-rs)."""
     models = enabled_models(settings)
+    # It waits while a backfill materializes the load days or the session models themselves.
+    wanted = (FILTERED_EVENTS, INCREMENTAL_MANIFEST, *models)
 
     @sensor(
         name=SENSOR_NAME,
@@ -72,6 +76,9 @@ def build_sensors(settings: Settings) -> list[SensorDefinition]:
         refused = settings_refusal(settings, read_manifest(lake.table))
         if refused:
             return SensorResult(skip_reason=SkipReason(refused), cursor=context.cursor)
+        busy = wait_for_backfills(context.instance, wanted)
+        if busy:
+            return SensorResult(skip_reason=busy, cursor=context.cursor)
         verdict = caught_up(lake.current_time(), seen)
         if verdict.caught_up:
             return SensorResult(skip_reason=SkipReason(verdict.message), cursor=context.cursor)
