@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dagster import Definitions
+from dagster import Definitions, in_process_executor
 
 from sessionize_assets import checks as time_based_checks
 from sessionize_assets.home import Home
@@ -63,6 +63,10 @@ def build_definitions(
         jobs=jobs,
         schedules=build_schedules(table_maintenance_job),
         sensors=sensors,
+        # Every run's steps in the run's own process, one after another: they share one Spark
+        # session (with the embedded engine, one JVM per run instead of one per step; the steps
+        # are Spark jobs on the same cores, so running them side by side gained nothing).
+        executor=in_process_executor,
         resources={"lake": lake, "spark": SparkDeltaResource(spark_config=dict(settings.spark))},
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dagster import MetadataValue
+from dagster import AssetMaterialization, MetadataValue
 
 
 def as_metadata_value(value: Any) -> Any:
@@ -34,17 +34,27 @@ def dagster_metadata(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 RUN_TOTALS = "run totals (all partitions of the run, not this one's)"
+# The tag of the per-partition materialization events of a run of several partitions.
+FIGURES_TAG = "sessionize/partition_figures"
 
 
-def partition_metadata(values: Mapping[str, Any], partition_keys: Sequence[str]) -> dict[str, Any]:
+def partition_metadata(
+    values: Mapping[str, Any],
+    partition_keys: Sequence[str],
+    per_partition: Mapping[str, Mapping[str, float]] | None = None,
+) -> dict[str, Any]:
     """Metadata of a partitioned materialization. Dagster copies one run's metadata onto every
     partition the run wrote (it has no per-partition metadata for a multi-partition run, dagster
     issue #18123), so a run of several partitions keeps its numbers in one JSON entry instead of
-    as plottable numbers that would count each total once per partition. A run of one partition
-    reports its numbers as they are, and `dagster/row_count` (its rows written) too."""
+    as plottable numbers that would count each total once per partition (each partition's own
+    numbers follow in `partition_figures`). A run of one partition reports its numbers as they
+    are, with that partition's figures from `per_partition`, and `dagster/row_count` (its rows
+    written) too."""
     keys = list(partition_keys)
     if len(keys) <= 1:
         out = dict(values)
+        if keys and per_partition and keys[0] in per_partition:
+            out.update(per_partition[keys[0]])
         if isinstance(out.get("rows written"), int) and not isinstance(out["rows written"], bool):
             out["dagster/row_count"] = out["rows written"]
         return dagster_metadata(out)
@@ -59,6 +69,42 @@ def partition_metadata(values: Mapping[str, Any], partition_keys: Sequence[str])
             RUN_TOTALS: numbers,
         }
     )
+
+
+def partition_figures(
+    asset: str,
+    per_partition: Mapping[str, Mapping[str, float]],
+    partition_keys: Sequence[str],
+) -> list[AssetMaterialization]:
+    """For a run of several partitions: one materialization event per partition with that
+    partition's own numbers (and `dagster/row_count` from its rows written), logged after the
+    run's own, so each partition's latest materialization carries its figures and the UI's
+    partition plots (Overview -> Metadata -> Plots) show every partition, whatever the size of
+    the run that wrote it. None for a run of one partition (its metadata has them already)."""
+    keys = list(partition_keys)
+    if len(keys) <= 1:
+        return []
+    events = []
+    for key in keys:
+        figures = dict(per_partition.get(key, {}))
+        if not figures:
+            continue
+        written = figures.get("rows written")
+        if isinstance(written, int) and not isinstance(written, bool):
+            figures["dagster/row_count"] = written
+        events.append(
+            AssetMaterialization(
+                asset_key=asset,
+                partition=key,
+                description=(
+                    f"Partition {key}'s own figures, from a run of {len(keys)} partitions "
+                    f"({keys[0]} .. {keys[-1]}) whose materialization just before holds the totals."
+                ),
+                metadata=dagster_metadata(figures),
+                tags={FIGURES_TAG: "true"},
+            )
+        )
+    return events
 
 
 def schema_metadata(table: str, settings: Any = None) -> dict[str, Any]:

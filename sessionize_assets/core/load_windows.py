@@ -238,7 +238,7 @@ def stale_decision_days(
 
 def contiguous_ranges(days: Iterable[dt.date], max_days: int) -> list[tuple[dt.date, dt.date]]:
     """Sorted days as inclusive ranges of consecutive days, each at most `max_days` long
-    (one Dagster run per range, as `BackfillPolicy.multi_run` would cut them)."""
+    (one Dagster run per range of the command line)."""
     if max_days < 1:
         raise ValueError("max_days must be at least 1")
     out: list[tuple[dt.date, dt.date]] = []

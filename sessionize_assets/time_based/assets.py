@@ -6,7 +6,7 @@ takes the processing-manifest lock on its partitions (`guarded`) and calls its s
 
 import datetime as dt
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from dagster import (
@@ -21,8 +21,10 @@ from dagster import (
 )
 
 from sessionize_assets import faults
+from sessionize_assets.backfills import backfill_assets
+from sessionize_assets.core import backfills
 from sessionize_assets.jobs import REQUESTED_BY_TAG
-from sessionize_assets.metadata import partition_metadata, schema_metadata
+from sessionize_assets.metadata import partition_figures, partition_metadata, schema_metadata
 from sessionize_assets.partitions import daily_partitions, late_day_lineage
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.manifest_lock import partition_locks
@@ -55,8 +57,8 @@ def defined(
     tables: TimeBasedTables,
     settings: Settings,
     model: str,
-    materialize: Callable[[], MaterializeResult],
-) -> MaterializeResult:
+    materialize: Callable[[], list[Any]],
+) -> list[Any]:
     """Materialize a time-based model unless its settings changed since it was built: then the
     run fails with one sentence before it takes any lock or writes anything. The definition is
     recorded after a first build. The runs of a `sessionize refresh` neither refuse nor record:
@@ -75,9 +77,11 @@ def guarded(
     asset_name: str,
     keys: Sequence[str],
     body: Callable[[], StepResult],
-) -> MaterializeResult:
+) -> list[Any]:
     """The one place every partitioned materialization of this branch runs through: the
-    processing-manifest lock on items `<asset>/<partition>` wraps `body` here."""
+    processing-manifest lock on items `<asset>/<partition>` wraps `body` here. The events to
+    yield: the run's materialization, then (a run of several partitions) each partition's own
+    figures (`metadata.partition_figures`)."""
     with partition_locks(context, asset_name, keys) as payloads, faults.step_of(asset_name):
         result = body()
         for payload in payloads:
@@ -85,7 +89,10 @@ def guarded(
     context.log.info(
         f"{asset_name} {', '.join(keys)}: {json.dumps(result.metadata, default=str)[:2000]}"
     )
-    return MaterializeResult(metadata=partition_metadata(result.metadata, keys))
+    return [
+        MaterializeResult(metadata=partition_metadata(result.metadata, keys, result.per_partition)),
+        *partition_figures(asset_name, result.per_partition, keys),
+    ]
 
 
 def _payload_facts(metadata: Mapping[str, Any]) -> dict[str, Any]:
@@ -97,19 +104,23 @@ def _keys_as_days(context: AssetExecutionContext) -> list[dt.date]:
     return [dt.date.fromisoformat(k) for k in context.partition_keys]
 
 
-def is_keyhole_run(tags: Mapping[str, str], configured: bool | None) -> bool:
+def is_keyhole_run(
+    tags: Mapping[str, str], configured: bool | None, backfill_assets: Collection[str] | None = None
+) -> bool:
     """A run of daily_aggregates is a keyhole repair when configured so, or (by default) when it is
-    part of a Dagster backfill not launched by the late-days sensor."""
-    if configured is not None:
-        return configured
-    return "dagster/backfill" in tags and REQUESTED_BY_TAG not in tags
+    part of a Dagster backfill of daily_aggregates without the load-day assets, not launched by
+    the late-days sensor (`core.backfills.is_keyhole_run`)."""
+    return backfills.is_keyhole_run(tags, configured, backfill_assets, REQUESTED_BY_TAG)
 
 
 def build_assets(settings: Settings) -> list[AssetsDefinition]:
     """filtered_events, days_to_process, daily_aggregates, daily_aggregation_manifest, attributes."""
     daily = daily_partitions(settings)
     lineage = late_day_lineage(settings)
-    policy = BackfillPolicy.multi_run(max_partitions_per_run=settings.backfill_limit_days)
+    # A Dagster backfill (from the UI) materializes its range in one run: load days are decided
+    # in ascending order inside a run, and the runs of a backfill carry no run lane, so ranges cut
+    # into several runs could be decided side by side and out of order (docs/time_based.md).
+    policy = BackfillPolicy.single_run()
 
     @asset(
         name="filtered_events",
@@ -127,9 +138,9 @@ def build_assets(settings: Settings) -> list[AssetsDefinition]:
     )
     def filtered_events(
         context: AssetExecutionContext, lake: LakeResource, spark: SparkDeltaResource
-    ) -> MaterializeResult:
+    ) -> Iterator[Any]:
         days, tables = _keys_as_days(context), TimeBasedTables.at(lake.table)
-        return defined(
+        yield from defined(
             context,
             tables,
             lake.settings,
@@ -157,9 +168,9 @@ def build_assets(settings: Settings) -> list[AssetsDefinition]:
             "to (re)aggregate it or skip it (reprocess_days, min_rows_to_process)."
         ),
     )
-    def days_to_process(context: AssetExecutionContext, lake: LakeResource) -> MaterializeResult:
+    def days_to_process(context: AssetExecutionContext, lake: LakeResource) -> Iterator[Any]:
         days = _keys_as_days(context)
-        return guarded(
+        yield from guarded(
             context,
             "days_to_process",
             context.partition_keys,
@@ -181,7 +192,9 @@ def build_assets(settings: Settings) -> list[AssetsDefinition]:
         kinds={"spark", "delta"},
         description=(
             "One row per (user, event day), recomputed in full from the rows of the day up to its "
-            "horizon. A Dagster backfill of this asset is a keyhole repair (every row loaded so far)."
+            "horizon. A Dagster backfill of this asset alone is a keyhole repair (every row loaded so "
+            "far); a backfill of the load days and what lies downstream aggregates up to their "
+            "decisions."
         ),
     )
     def daily_aggregates(
@@ -189,11 +202,16 @@ def build_assets(settings: Settings) -> list[AssetsDefinition]:
         config: DailyAggregatesConfig,
         lake: LakeResource,
         spark: SparkDeltaResource,
-    ) -> MaterializeResult:
+    ) -> Iterator[Any]:
         days = _keys_as_days(context)
-        keyhole = is_keyhole_run(context.run.tags, config.all_loaded_rows)
+        tags = context.run.tags
+        keyhole = is_keyhole_run(
+            tags,
+            config.all_loaded_rows,
+            backfill_assets(context.instance, tags.get(backfills.BACKFILL_TAG)),
+        )
         tables = TimeBasedTables.at(lake.table)
-        return defined(
+        yield from defined(
             context,
             tables,
             lake.settings,

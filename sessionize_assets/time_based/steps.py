@@ -78,6 +78,9 @@ class StepResult:
     metadata: dict[str, Any] = field(default_factory=dict)
     used_spark: bool = False
     facts: dict[str, Any] = field(default_factory=dict)
+    # Each partition's own numbers (partition key -> label -> number), labelled as a run of that
+    # partition alone labels them, so the UI plots one curve whatever the run's size.
+    per_partition: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def _limits_metadata(state: TimeBasedState, settings: Settings, now: dt.datetime) -> dict[str, Any]:
@@ -307,6 +310,14 @@ def _filter_and_write(
         }
     )
     result.facts = {"accounting": accounts, "reached": reached}
+    result.per_partition = {
+        day: {
+            "rows read": acc["rows_read"],
+            "rows written": acc["rows_kept"],
+            **{k.replace("_", " "): v for k, v in acc.items() if k.startswith("dropped_")},
+        }
+        for day, acc in accounts.items()
+    }
     return result
 
 
@@ -409,6 +420,7 @@ def days_to_process_step(
     if not decisions and not had_rows:
         result.metadata["note"] = "no rows in these load days: nothing to decide"
     result.facts = {"decisions": decisions, "requested": requested}
+    result.per_partition = {day: dict(figures) for day, figures in lateness.items()}
     return result
 
 
@@ -562,6 +574,13 @@ def _daily_aggregates(
     if not result.used_spark:
         result.metadata["note"] = "nothing decided for these event days: done without a Spark job"
     result.facts = {"horizons": horizons, "rows": rows_counted}
+    result.per_partition = {
+        d.isoformat(): {
+            "rows read": rows_counted.get(d, 0),
+            "pending rows (not counted yet)": pending_after[d.isoformat()],
+        }
+        for d in days
+    }
     return result
 
 

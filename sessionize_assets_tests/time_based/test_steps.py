@@ -19,6 +19,8 @@ from sessionize_assets.checks import (
     build_checks,
     duplicates_in_filtered_events,
 )
+from sessionize_assets.jobs import REQUESTED_BY_TAG
+from sessionize_assets.metadata import FIGURES_TAG
 from sessionize_assets.partitions import daily_partitions
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import SparkDeltaResource
@@ -288,14 +290,23 @@ def test_attributes_are_recomputed_from_daily_aggregates(spark, scenario) -> Non
     assert read_state(tables_of(lake)).attributes_stale(day(7)) is True
 
 
-def latest_metadata(instance: DagsterInstance, asset: str, partition: str | None = None) -> dict:
+def latest_metadata(
+    instance: DagsterInstance, asset: str, partition: str | None = None, figures: bool = False
+) -> dict:
+    """The metadata of the latest materialization of the run's own (`figures`: of the latest
+    per-partition figures event, `metadata.partition_figures`)."""
     records = instance.fetch_materializations(
         AssetRecordsFilter(
             asset_key=AssetKey(asset), asset_partitions=[partition] if partition else None
         ),
-        limit=1,
+        limit=20,
     ).records
-    return {k: v.value for k, v in records[0].asset_materialization.metadata.items()}
+    wanted = [
+        r.asset_materialization
+        for r in records
+        if (FIGURES_TAG in (r.asset_materialization.tags or {})) == figures
+    ]
+    return {k: v.value for k, v in wanted[0].metadata.items()}
 
 
 def test_every_materialization_carries_metadata(scenario) -> None:
@@ -312,6 +323,18 @@ def test_every_materialization_carries_metadata(scenario) -> None:
     assert filtered["next scheduled run: state"] == "first run"
     assert filtered["next scheduled run: load window"].startswith("[2024-03-01T00:00:00")
     assert totals["time taken (s)"] >= 0
+    # Each partition's own figures follow in a materialization of their own, the partition's
+    # latest, which the UI's partition plots read.
+    own = latest_metadata(instance, "filtered_events", "2024-03-02", figures=True)
+    assert own == {
+        "rows read": 4,
+        "rows written": 2,
+        "dropped duplicate": 2,
+        "dropped app filter": 0,
+        "dropped event filter": 0,
+        "dropped before start date": 0,
+        "dagster/row_count": 2,
+    }
     decided = latest_metadata(instance, "days_to_process", "2024-03-05")
     assert decided[RUN_TOTALS]["event days processed"] == 2
     assert decided[RUN_TOTALS]["event days skipped"] == 1
@@ -330,6 +353,14 @@ def test_every_materialization_carries_metadata(scenario) -> None:
     assert aggregated["pending rows after (not counted yet)"]["2024-03-01"] == 1
     # the 4 files of 03-01 and 1 of 03-02
     assert aggregated[RUN_TOTALS]["filtered_events files read"] == 5
+    assert latest_metadata(instance, "daily_aggregates", "2024-03-01", figures=True) == {
+        "rows read": 5,
+        "pending rows (not counted yet)": 1,
+    }
+    assert (
+        latest_metadata(instance, "days_to_process", "2024-03-05", figures=True)
+        == (decided["lateness per load day"]["2024-03-05"])
+    )
     attributes = latest_metadata(instance, "attributes")
     assert attributes["rows written"] == attributes["dagster/row_count"] == 3
     manifest = latest_metadata(instance, "daily_aggregation_manifest")
@@ -445,18 +476,12 @@ def test_a_late_load_into_an_earlier_load_day_reaches_later_load_days(
     )
 
 
-@pytest.mark.parametrize(
-    ("tags", "configured", "expected"),
-    [
-        ({}, None, False),
-        ({"dagster/backfill": "abc"}, None, True),
-        ({"dagster/backfill": "abc", "sessionize/requested_by": "late_days_sensor"}, None, False),
-        ({"dagster/backfill": "abc"}, False, False),
-        ({}, True, True),
-    ],
-)
-def test_keyhole_runs(tags, configured, expected) -> None:
-    assert is_keyhole_run(tags, configured) is expected
+def test_keyhole_runs_know_the_late_days_sensors_tag() -> None:
+    # The rule's cases are in core/test_backfills.py; here, the asset's wrapper and its tag.
+    backfill = {"dagster/backfill": "abc"}
+    assert is_keyhole_run(backfill, None, {"daily_aggregates"}) is True
+    assert is_keyhole_run({**backfill, REQUESTED_BY_TAG: "late_days_sensor"}, None) is False
+    assert is_keyhole_run(backfill, None, {"filtered_events", "daily_aggregates"}) is False
 
 
 def test_pending_load_days_and_last_success_from_the_state() -> None:
