@@ -55,9 +55,7 @@ def partition_metadata(
         out = dict(values)
         if keys and per_partition and keys[0] in per_partition:
             out.update(per_partition[keys[0]])
-        if isinstance(out.get("rows written"), int) and not isinstance(out["rows written"], bool):
-            out["dagster/row_count"] = out["rows written"]
-        return dagster_metadata(out)
+        return dagster_metadata(_with_row_count(out))
     numbers = {
         k: v for k, v in values.items() if isinstance(v, int | float) and not isinstance(v, bool)
     }
@@ -69,6 +67,15 @@ def partition_metadata(
             RUN_TOTALS: numbers,
         }
     )
+
+
+def _with_row_count(values: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` and Dagster's `dagster/row_count`: the rows written, when there is such a number."""
+    out = dict(values)
+    written = out.get("rows written")
+    if isinstance(written, int) and not isinstance(written, bool):
+        out["dagster/row_count"] = written
+    return out
 
 
 def partition_figures(
@@ -86,12 +93,9 @@ def partition_figures(
         return []
     events = []
     for key in keys:
-        figures = dict(per_partition.get(key, {}))
+        figures = per_partition.get(key)
         if not figures:
             continue
-        written = figures.get("rows written")
-        if isinstance(written, int) and not isinstance(written, bool):
-            figures["dagster/row_count"] = written
         events.append(
             AssetMaterialization(
                 asset_key=asset,
@@ -100,7 +104,7 @@ def partition_figures(
                     f"Partition {key}'s own figures, from a run of {len(keys)} partitions "
                     f"({keys[0]} .. {keys[-1]}) whose materialization just before holds the totals."
                 ),
-                metadata=dagster_metadata(figures),
+                metadata=dagster_metadata(_with_row_count(figures)),
                 tags={FIGURES_TAG: "true"},
             )
         )
