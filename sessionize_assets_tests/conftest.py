@@ -12,24 +12,27 @@ import pytest
 os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
 
 
+# The tests' Spark: also the `spark` setting of homes whose runs start their own Spark (the
+# browser test's UI launches runs in new processes).
+TEST_SPARK = {
+    "spark.master": "local[2]",
+    "spark.sql.shuffle.partitions": "2",
+    # Tests are many short jobs: the C1 JIT and serial GC start faster and use less CPU.
+    # C1 alone gets a 48 MB code cache by default, which one CI run filled within 80 s
+    # ("CodeCache is full", then "Out of space in CodeCache for adapters" failed every
+    # later query of that process): a larger reserve costs address space, not memory.
+    "spark.driver.extraJavaOptions": (
+        "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=256m"
+    ),
+}
+
+
 @pytest.fixture(scope="session")
 def spark():
     """The process's one Spark session (local[2], Delta enabled, UTC)."""
     from sessionize_assets.resources.spark import get_spark
 
-    session = get_spark(
-        {
-            "spark.master": "local[2]",
-            "spark.sql.shuffle.partitions": "2",
-            # Tests are many short jobs: the C1 JIT and serial GC start faster and use less CPU.
-            # C1 alone gets a 48 MB code cache by default, which one CI run filled within 80 s
-            # ("CodeCache is full", then "Out of space in CodeCache for adapters" failed every
-            # later query of that process): a larger reserve costs address space, not memory.
-            "spark.driver.extraJavaOptions": (
-                "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=256m"
-            ),
-        }
-    )
+    session = get_spark(dict(TEST_SPARK))
     yield session
 
 

@@ -25,9 +25,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sessionize_assets.jars import jars_dir
-from sessionize_assets_tests.conftest import cli_now
+from sessionize_assets_tests.conftest import TEST_SPARK, cli_now
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
@@ -56,9 +57,14 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def ui_home(two_days, tmp_path_factory) -> Path:
-    """A copy of the `two_days` home (load days 1 and 2 run by the command line) for the UI."""
+    """A copy of the `two_days` home (load days 1 and 2 run by the command line) for the UI. The
+    runs the UI launches start their own Spark: with the tests' settings (`TEST_SPARK`), they
+    use a fraction of the CPU of a default JVM, which the other test process shares."""
     home = tmp_path_factory.mktemp("ui") / "home"
     shutil.copytree(two_days[0], home)
+    settings = home / "sessionize.yaml"
+    config = yaml.safe_load(settings.read_text())
+    settings.write_text(yaml.safe_dump({**config, "spark": dict(TEST_SPARK)}))
     return home
 
 
