@@ -255,6 +255,15 @@ class LastRun:
     limits: RunLimits
     every_model_in_window: bool  # no model skipped the window (each ran or found no data)
     manifest_changed: bool  # some model's manifest row moved
+    # the window the manifest after this run gives the next run (None: not known)
+    next_limits: RunLimits | None = None
+
+    @property
+    def next_run_repeats(self) -> bool:
+        """The next run would take this run's window again: the manifest moved only in what
+        does not decide the window (consumed version, processed_through), so a repeat would
+        re-read the same rows and write the same ones."""
+        return self.next_limits is not None and self.next_limits == self.limits
 
 
 @dataclass(frozen=True)
@@ -286,12 +295,16 @@ def caught_up(
     | the lake, before a run | `nothing_new` gives a reason | nothing new |
     | the lake, before a run | otherwise | behind |
     | a run | its window reached now and no model skipped it | reached now |
-    | a run | it moved no manifest row, and no usable row lies after its window up to now | no data ahead |
-    | a run | it moved no manifest row, but data resumes after its window before now | gap |
+    | a run | it moved nothing, and no usable row lies after its window up to now | no data ahead |
+    | a run | it moved nothing, but data resumes after its window before now | gap |
     | a run | otherwise | behind |
 
-    `resumes_at()` (the earliest usable session timestamp after the window, None: none; it reads
-    data) is called only for a run that moved nothing and did not reach now.
+    A run "moved nothing" when it changed no manifest row, or changed them only so that the next
+    run would take the same window again (`LastRun.next_run_repeats`): no `last_success` moved.
+    Such a repeat would read the same rows and write what this run wrote, so it is not run (a
+    `sessionize run` of a new load day used to end with one). `resumes_at()` (the earliest usable
+    session timestamp after the window, None: none; it reads data) is called only for a run that
+    moved nothing and did not reach now.
     """
     now = as_utc(now)
     if isinstance(seen, LakeState):
@@ -302,7 +315,7 @@ def caught_up(
     limits = seen.limits
     if limits.reaches(now) and seen.every_model_in_window:
         return CatchUp(Verdict.REACHED_NOW)
-    if seen.manifest_changed:
+    if seen.manifest_changed and not seen.next_run_repeats:
         return CatchUp(Verdict.BEHIND)
     if resumes_at is None:
         raise ValueError("caught_up needs resumes_at for a run that moved nothing")

@@ -115,6 +115,7 @@ class SessionRunOutcome:
     warnings: list[str] = field(default_factory=list)
     manifest: dict[str, ModelState] = field(default_factory=dict)
     manifest_changed: bool = False  # the run rewrote incremental_manifest
+    next_limits: RunLimits | None = None  # the window the manifest now gives the next run
     catch_up: CatchUp | None = None  # are the models caught up after this run?
 
     @property
@@ -139,6 +140,7 @@ class SessionRunOutcome:
                 for o in self.models.values()
             ),
             manifest_changed=self.manifest_changed,
+            next_limits=self.next_limits,
         )
 
     def run_metadata(self) -> dict[str, Any]:

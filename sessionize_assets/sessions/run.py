@@ -285,6 +285,7 @@ def _run_session_models(
     if run.manifest_changed:
         write_manifest(table_path(INCREMENTAL_MANIFEST), new_manifest)
     run.manifest = new_manifest
+    run.next_limits = limits_from(new_manifest, settings, now)
     if failed:
         raise SessionModelError(failed, outcomes[failed].failed or "", run)
     run.catch_up = caught_up(

@@ -290,6 +290,9 @@ REACHING = run_limits(  # standard run, window up to now
 )
 SHORT = run_limits({}, MODELS, START, 30, 6, CATCH_UP_NOW)  # first run: 2021-01-01 .. 01-31
 NEVER = object()  # resumes_at must not be looked up
+NEXT_WINDOW = run_limits(  # after SHORT moved last_success: a standard run's window
+    {m: t("2021-01-20") for m in MODELS}, MODELS, START, 30, 6, CATCH_UP_NOW
+)
 
 
 @pytest.mark.parametrize(
@@ -306,6 +309,11 @@ NEVER = object()  # resumes_at must not be looked up
         (LastRun(REACHING, False, True), NEVER, Verdict.BEHIND),
         # a window short of now that moved the manifest: run again
         (LastRun(SHORT, True, True), NEVER, Verdict.BEHIND),
+        (LastRun(SHORT, True, True, NEXT_WINDOW), NEVER, Verdict.BEHIND),
+        # ... unless the next run would take the same window again (no last_success moved):
+        # that repeat is not run, and the run counts as having moved nothing
+        (LastRun(SHORT, True, True, SHORT), None, Verdict.NO_DATA_AHEAD),
+        (LastRun(SHORT, True, True, SHORT), t("2021-02-10 09:00"), Verdict.GAP),
         # a run that moved nothing: nothing after its window, or only future-dated rows
         (LastRun(SHORT, True, False), None, Verdict.NO_DATA_AHEAD),
         (LastRun(SHORT, True, False), t("2021-03-16"), Verdict.NO_DATA_AHEAD),
