@@ -11,6 +11,8 @@ Covered (docs/testing.md):
 
 - `filtered_events(raw, settings)`: validated `events` rows -> kept rows with `event_date`;
 - `daily_aggregates(rows, settings)`: one row per (user, event day), the time-based aggregate;
+- `days_to_process_in_order(rows, settings)`: the decisions and horizons of a catch-up that
+  decides each load day once, in order;
 - `gap_sessions(rows, settings)` and `id_sessions(rows, settings, lifecycle)`: the `sessions`
   table (numbered); `users(sessions)`; `user_session_stats(sessions)`; `gap_lifecycle(sessions)`.
 """
@@ -155,6 +157,55 @@ def daily_aggregates(
             }
         )
     return out
+
+
+def days_to_process_in_order(
+    rows: Iterable[Mapping[str, Any]], settings: Settings
+) -> tuple[list[Row], dict[dt.date, dt.date]]:
+    """SPEC section 5's decisions of a catch-up that decides every load day once, in ascending
+    order (a first run, or one with no load into an already decided load day): per (load day L,
+    event day D) that L's kept rows touch, `rows`, `is_late`, `horizon_before`, `pending` and
+    `decision`; and horizon(D) after the last load day.
+
+    - L <= horizon(D): process (D's rows of L were counted already);
+    - D >= L: process (on time, or ahead within the clock-skew tolerance);
+    - D < L: process when L - D <= `reprocess_days` and pending(D) >= `min_rows_to_process`,
+      where pending(D) = rows of D with horizon(D) < load day <= L; else skip.
+    horizon(D) is the last load day that decided "process" for D.
+    """
+    counts: dict[tuple[dt.date, dt.date], int] = defaultdict(int)
+    for r in rows:
+        counts[(r["load_date"], r["event_date"])] += 1
+    horizon: dict[dt.date, dt.date] = {}
+    out: list[Row] = []
+    for load_day in sorted({load for load, _ in counts}):
+        for event_day in sorted({day for load, day in counts if load == load_day}):
+            before = horizon.get(event_day)
+            pending = sum(
+                n
+                for (load, day), n in counts.items()
+                if day == event_day and (before is None or load > before) and load <= load_day
+            )
+            late_by = (load_day - event_day).days
+            process = (
+                (before is not None and load_day <= before)
+                or event_day >= load_day
+                or (late_by <= settings.reprocess_days and pending >= settings.min_rows_to_process)
+            )
+            if process and (before is None or load_day > before):
+                horizon[event_day] = load_day
+            out.append(
+                {
+                    "load_date": load_day,
+                    "event_date": event_day,
+                    "rows": counts[(load_day, event_day)],
+                    "is_late": event_day < load_day,
+                    "horizon_before": before,
+                    "pending": pending,
+                    "decision": "process" if process else "skip",
+                }
+            )
+    return out, horizon
 
 
 def attributes(

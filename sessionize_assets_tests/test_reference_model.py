@@ -38,6 +38,39 @@ def test_filtered_events_and_daily_aggregates_of_the_time_based_scenario() -> No
     assert daily[("u1", 1)]["event_counts"] == {"page_view": 1, "link_click": 1}
 
 
+def test_decisions_of_an_in_order_catch_up_of_the_time_based_scenario() -> None:
+    settings = from_mapping(SETTINGS)  # min_rows_to_process 2, reprocess_days 2
+    kept = reference.filtered_events(ROWS, settings)
+    decisions, horizons = reference.days_to_process_in_order(kept, settings)
+    d = dt.date(2024, 3, 1).replace
+    got = [
+        (
+            r["load_date"].day,
+            r["event_date"].day,
+            r["rows"],
+            r["is_late"],
+            r["horizon_before"] and r["horizon_before"].day,
+            r["pending"],
+            r["decision"],
+        )
+        for r in decisions
+    ]
+    assert got == [
+        (1, 1, 2, False, None, 2, "process"),  # on time
+        (2, 1, 1, True, 1, 1, "skip"),  # 1 day late, pending 1 < 2
+        (2, 2, 1, False, None, 1, "process"),
+        (3, 1, 2, True, 1, 3, "process"),  # 2 days late, pending d + e + f = 3
+        (5, 1, 1, True, 3, 1, "skip"),  # 4 days late > reprocess_days
+    ]
+    assert horizons == {d(day=1): d(day=3), d(day=2): d(day=2)}
+    # the strict policy (min_rows_to_process 1, reprocess_days >= the largest lateness): every
+    # touched day is processed, so each horizon is the last load day with rows of it
+    strict = from_mapping({**SETTINGS, "min_rows_to_process": 1, "reprocess_days": 4})
+    decisions, horizons = reference.days_to_process_in_order(kept, strict)
+    assert {r["decision"] for r in decisions} == {"process"}
+    assert horizons == {d(day=1): d(day=5), d(day=2): d(day=2)}
+
+
 def test_gap_sessions_split_on_gaps_strictly_longer_and_cut_long_chains_at_fixed_days() -> None:
     settings = make_settings(session_mode="gap", session_gap_minutes=30, max_session_days=1)
     rows = [

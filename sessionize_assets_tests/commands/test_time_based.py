@@ -20,6 +20,7 @@ from sessionize_assets.commands.time_based import (
 from sessionize_assets.core import aggregates as agg
 from sessionize_assets.core import attributes as attrs
 from sessionize_assets.core.filtering import duplicate_event_ids
+from sessionize_assets.resources.delta import read_table
 from sessionize_assets.time_based.state import read_state
 from sessionize_assets.time_based.tables import TimeBasedTables
 from sessionize_assets_tests import reference_model as reference
@@ -272,7 +273,10 @@ def test_accounting_invariant_and_full_recompute_after_random_histories(
     # the rows landed so far (a run takes every pending load day: the history fits its limits).
     state = read_state(TimeBasedTables.at(lake.table))
     assert state.pending_load_days() == [] and state.outstanding() == {}
-    problems = reference_differences(lake, raw, {r.event_date: r for r in state.manifest()}, strict)
+    after_first = {r.event_date: r for r in state.manifest()}
+    problems = reference_differences(lake, raw, after_first, strict) + decision_differences(
+        lake, raw, after_first
+    )
     assert not problems, "after the first run:\n" + "\n".join(problems)
     raw += land(spark, lake, batches[1])
     if backfill is not None:
@@ -288,10 +292,13 @@ def test_accounting_invariant_and_full_recompute_after_random_histories(
     assert duplicate_event_ids(filtered, lake.settings.dedupe_lookback_days).count() == 0
     assert filtered.count() == sum(r.rows_loaded for r in manifest.values())
 
-    stored = rows_of(
-        spark.read.format("delta")
-        .load(lake.table("daily_aggregates"))
-        .drop("_horizon_load_date", "_aggregated_at")
+    # No event day decided "process" in the whole history (every row late and under the
+    # thresholds, as seed 1475456563 drew): daily_aggregates was never written.
+    aggregated = read_table(spark, lake.table("daily_aggregates"))
+    stored = (
+        {}
+        if aggregated is None
+        else rows_of(aggregated.drop("_horizon_load_date", "_aggregated_at"))
     )
     full_daily = agg.daily_aggregates(filtered, lake.settings.user_identifier)
     full = rows_of(full_daily)
@@ -319,6 +326,36 @@ def test_accounting_invariant_and_full_recompute_after_random_histories(
     # plain Python, out of the raw rows landed (sessionize_assets_tests/reference_model.py).
     problems = reference_differences(lake, raw, manifest, strict)
     assert not problems, "\n".join(problems)
+
+
+def decision_differences(lake, raw: list[dict], manifest: dict) -> list[str]:
+    """After a run that decided every load day once, in load-day order (a history's first run):
+    `days_to_process` row for row and every horizon, as the reference decides them on its own
+    (`reference.days_to_process_in_order`). Later runs re-decide load days that grew or were
+    reached by duplicates, an order the reference does not model: their horizons are compared
+    through `daily_aggregates` and the pending rows only (`reference_differences`)."""
+    kept = reference.filtered_events(raw, lake.settings)
+    decisions, horizons = reference.days_to_process_in_order(kept, lake.settings)
+    columns = [
+        "load_date",
+        "event_date",
+        "rows",
+        "is_late",
+        "horizon_before",
+        "pending",
+        "decision",
+    ]
+    problems = reference.differences(
+        "days_to_process",
+        reference.delta_rows(lake.table("days_to_process"), columns, missing_is_empty=True),
+        decisions,
+        key=["load_date", "event_date"],
+        columns=columns,
+    )
+    stored = {d: r.horizon for d, r in manifest.items() if r.horizon is not None}
+    if stored != horizons:
+        problems.append(f"horizons: stored {stored}, reference {horizons}")
+    return problems
 
 
 def reference_differences(lake, raw: list[dict], manifest: dict, strict: bool) -> list[str]:
