@@ -13,7 +13,9 @@ from sessionize_assets.commands.context import CommandContext
 from sessionize_assets.core.maintenance import (
     DELTA_MINIMUM_HOURS,
     OldVersionReader,
+    compaction_finds_work,
     first_data_change,
+    vacuum_finds_work,
     vacuum_refusal,
 )
 from sessionize_assets.errors import UserError
@@ -36,9 +38,22 @@ def delta_tables(warehouse: Path) -> list[Path]:
 
 def files_on_disk(table: Path) -> int:
     """Data and change-data files under a table folder (the log excluded)."""
-    return sum(
-        1 for p in table.rglob("*.parquet") if "_delta_log" not in p.relative_to(table).parts
-    )
+    return len(_data_files(table))
+
+
+def _data_files(table: Path) -> list[Path]:
+    return [p for p in table.rglob("*.parquet") if "_delta_log" not in p.relative_to(table).parts]
+
+
+def unreferenced_ages_hours(table: Path, actions: list[dict], now: dt.datetime) -> list[float]:
+    """The age in hours of each data or change-data file on disk that the current version does
+    not reference (`actions`: its add actions; part-file names are unique within a table)."""
+    referenced = {str(a["path"]).rsplit("/", 1)[-1] for a in actions}
+    return [
+        (now.timestamp() - p.stat().st_mtime) / 3600.0
+        for p in _data_files(table)
+        if p.name not in referenced
+    ]
 
 
 def old_version_readers(table_path: Callable[[str], str]) -> list[OldVersionReader]:
@@ -106,15 +121,26 @@ def maintain_home(
         # commands out and the readers were checked above.
         confs["spark.databricks.delta.retentionDurationCheck.enabled"] = "false"
     with temporary_conf(spark, confs):
-        return _maintain_tables(spark, tables, vacuum_hours)
+        return _maintain_tables(spark, tables, vacuum_hours, now)
 
 
-def _maintain_tables(spark, tables: list[Path], vacuum_hours: float | None) -> list[str]:  # noqa: ANN001
+def _maintain_tables(
+    spark: SparkSession, tables: list[Path], vacuum_hours: float | None, now: dt.datetime
+) -> list[str]:
+    """OPTIMIZE and VACUUM each table where they find work (`core.maintenance`: a table whose
+    partitions are one file each is compact; VACUUM deletes only unreferenced files older than the
+    retention), deciding from the Delta log and the file ages without a Spark job."""
     lines = []
     for table in tables:
-        current_before = len(add_actions(str(table))[1])
+        actions = add_actions(str(table))[1]
+        current_before = len(actions)
         disk_before = files_on_disk(table)
-        if table.name == FILTERED_EVENTS:
+        partitions = [
+            tuple(v for k, v in sorted(a.items()) if k.startswith("partition.")) for a in actions
+        ]
+        if table.name != FILTERED_EVENTS and not compaction_finds_work(partitions):
+            line = f"{table.name}: {current_before} files, already compact (one per partition)"
+        elif table.name == FILTERED_EVENTS:
             # Not compacted: its files are user ranges within each (load day, event day), which
             # is what lets the session branch skip files (docs/sessions.md); OPTIMIZE would merge
             # them. Each load-day run rewrites its partitions whole, so no small files pile up.
@@ -138,7 +164,9 @@ def _maintain_tables(spark, tables: list[Path], vacuum_hours: float | None) -> l
             current_after = len(add_actions(str(table))[1])
             line = f"{table.name}: {current_before} -> {current_after} files in the current version"
         if vacuum_hours is not None:
-            spark.sql(f"VACUUM {table_ref(str(table))} RETAIN {vacuum_hours:g} HOURS").collect()
+            current = add_actions(str(table))[1]
+            if vacuum_finds_work(unreferenced_ages_hours(table, current, now), vacuum_hours):
+                spark.sql(f"VACUUM {table_ref(str(table))} RETAIN {vacuum_hours:g} HOURS").collect()
             deleted = disk_before - files_on_disk(table)
             line += f"; {deleted} unreferenced file(s) older than {vacuum_hours:g} h deleted"
         lines.append(line)

@@ -74,3 +74,20 @@ def vacuum_refusal(
             f"run the pipeline first, or use --vacuum-hours {math.ceil(age) + 1} or more."
         )
     return None
+
+
+def compaction_finds_work(partitions: Sequence[tuple]) -> bool:
+    """Would OPTIMIZE rewrite anything? `partitions` holds each live file's partition values.
+    Delta's bin-packing merges files within one partition and leaves a partition of one file
+    alone, so a table whose every partition is one file (or that has none) is already compact:
+    its OPTIMIZE would plan, list and commit nothing, and is skipped."""
+    return len(partitions) != len(set(partitions))
+
+
+def vacuum_finds_work(unreferenced_ages_hours: Sequence[float], retention_hours: float) -> bool:
+    """Would VACUUM delete anything? It deletes only files no current version references, and
+    only once they are older than the retention (a removed file's tombstone is never older than
+    the file itself), so with no such file old enough it lists the table for nothing and is
+    skipped. `unreferenced_ages_hours`: the age of each file on disk that the current version
+    does not reference."""
+    return any(age >= retention_hours for age in unreferenced_ages_hours)

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 
-from sessionize_assets.core.maintenance import OldVersionReader, hours_needed, vacuum_refusal
+from sessionize_assets.core.maintenance import (
+    OldVersionReader,
+    compaction_finds_work,
+    hours_needed,
+    vacuum_finds_work,
+    vacuum_refusal,
+)
 
 NOW = dt.datetime(2024, 3, 10, 12, tzinfo=dt.UTC)
 READER = OldVersionReader(
@@ -45,3 +51,19 @@ def test_the_last_data_change_skips_optimize_and_vacuum_commits() -> None:
     assert last_data_change([(12, "VACUUM END"), (11, "VACUUM START")], 12) == 10
     assert last_data_change([], 5) == 5
     assert last_data_change([(3, "DELETE")], 3) == 3
+
+
+def test_compaction_finds_work_only_where_a_partition_holds_several_files():
+    assert not compaction_finds_work([])  # no file
+    assert not compaction_finds_work([()])  # unpartitioned, one file
+    assert compaction_finds_work([(), ()])  # unpartitioned, two files
+    one_each = [("2024-03-01",), ("2024-03-02",), (None,)]
+    assert not compaction_finds_work(one_each)
+    assert compaction_finds_work([*one_each, ("2024-03-02",)])
+
+
+def test_vacuum_finds_work_only_for_an_unreferenced_file_older_than_the_retention():
+    assert not vacuum_finds_work([], 0)  # every file on disk is referenced
+    assert vacuum_finds_work([0.0], 0)  # no retention: any unreferenced file goes
+    assert not vacuum_finds_work([1.0, 167.9], 168)
+    assert vacuum_finds_work([1.0, 168.0], 168)
