@@ -13,7 +13,8 @@ UI on port 4077, kept in memory only) gives each command's jobs and SQL executio
 records (`toArrow at …frames.py`). `--conf` adds Spark settings to the session, to compare a
 setting against the default. At this
 size the fixed cost per run is everything: read the figures as "how many jobs, how much planning",
-not throughput. Writes `small-runs-<UTC time>.json` in `--out`.
+not throughput. Each command's Dagster runs are listed with their assets and seconds (from the
+home's instance). Writes `small-runs-<UTC time>.json` in `--out`.
 """
 
 from __future__ import annotations
@@ -73,6 +74,28 @@ def by_call_site(jobs: list[dict], executions: list[dict]) -> list[dict[str, Any
     return sorted(rows, key=lambda r: -r["execution_seconds"])
 
 
+def dagster_runs(since: float) -> list[dict[str, Any]]:
+    """The Dagster runs the command recorded in the home's instance (the command line exports
+    DAGSTER_HOME), oldest first: their assets and seconds from start to end."""
+    from dagster import DagsterInstance, RunsFilter
+
+    with DagsterInstance.get() as instance:
+        records = instance.get_run_records(
+            RunsFilter(created_after=dt.datetime.fromtimestamp(since))
+        )
+    out = []
+    for record in sorted(records, key=lambda r: r.create_timestamp):
+        keys = record.dagster_run.asset_selection or ()
+        out.append(
+            {
+                "assets": sorted(k.to_user_string() for k in keys),
+                "status": record.dagster_run.status.value,
+                "seconds": round((record.end_time or 0) - (record.start_time or 0), 1),
+            }
+        )
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
@@ -123,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[str, Any] = {"conf": extra, "commands": {}}
     seen_jobs, seen_sql = len(_get(app, "jobs")), len(_get(app, "sql?length=100000"))
     for name, command in commands.items():
-        started, cpu = time.perf_counter(), cpu_seconds()
+        started, cpu, clock = time.perf_counter(), cpu_seconds(), time.time()
         code = sessionize(command)
         wall = time.perf_counter() - started
         jvm_cpu, own_cpu = (cpu_seconds()[k] - cpu[k] for k in ("jvm", "python"))
@@ -146,11 +169,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 1,
             ),
             "by_call_site": by_call_site(new_jobs, new_sql),
+            # Each Dagster run's assets and seconds: where the command's wall time went.
+            "dagster_runs": dagster_runs(clock),
         }
         print(
             f"{name}: exit {code}, {wall:.1f} s, JVM CPU {jvm_cpu:.1f} s, {len(new_jobs)} jobs",
             file=sys.stderr,
         )
+        for run in results["commands"][name]["dagster_runs"]:
+            print(f"  {run['seconds']:6.1f} s  {', '.join(run['assets'])}", file=sys.stderr)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
