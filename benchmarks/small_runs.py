@@ -13,7 +13,7 @@ UI on port 4077, kept in memory only) gives each command's jobs and SQL executio
 records (`toArrow at …frames.py`). `--conf` adds Spark settings to the session, to compare a
 setting against the default. At this
 size the fixed cost per run is everything: read the figures as "how many jobs, how much planning",
-not throughput. Each command's Dagster runs are listed with their assets and seconds (from the
+not throughput. Each command's Dagster runs are listed with their steps and seconds (from the
 home's instance). Writes `small-runs-<UTC time>.json` in `--out`.
 """
 
@@ -76,23 +76,24 @@ def by_call_site(jobs: list[dict], executions: list[dict]) -> list[dict[str, Any
 
 def dagster_runs(since: float) -> list[dict[str, Any]]:
     """The Dagster runs the command recorded in the home's instance (the command line exports
-    DAGSTER_HOME), oldest first: their assets and seconds from start to end."""
-    from dagster import DagsterInstance, RunsFilter
+    DAGSTER_HOME), oldest first: their steps (assets and checks) and seconds from start to end."""
+    from dagster import DagsterEventType, DagsterInstance, RunsFilter
 
+    out = []
     with DagsterInstance.get() as instance:
         records = instance.get_run_records(
             RunsFilter(created_after=dt.datetime.fromtimestamp(since))
         )
-    out = []
-    for record in sorted(records, key=lambda r: r.create_timestamp):
-        keys = record.dagster_run.asset_selection or ()
-        out.append(
-            {
-                "assets": sorted(k.to_user_string() for k in keys),
-                "status": record.dagster_run.status.value,
-                "seconds": round((record.end_time or 0) - (record.start_time or 0), 1),
-            }
-        )
+        for record in sorted(records, key=lambda r: r.create_timestamp):
+            run_id = record.dagster_run.run_id
+            steps = instance.all_logs(run_id, of_type=DagsterEventType.STEP_START)
+            out.append(
+                {
+                    "steps": [e.step_key for e in steps],
+                    "status": record.dagster_run.status.value,
+                    "seconds": round((record.end_time or 0) - (record.start_time or 0), 1),
+                }
+            )
     return out
 
 
@@ -169,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 1,
             ),
             "by_call_site": by_call_site(new_jobs, new_sql),
-            # Each Dagster run's assets and seconds: where the command's wall time went.
+            # Each Dagster run's steps and seconds: where the command's wall time went.
             "dagster_runs": dagster_runs(clock),
         }
         print(
@@ -177,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         for run in results["commands"][name]["dagster_runs"]:
-            print(f"  {run['seconds']:6.1f} s  {', '.join(run['assets'])}", file=sys.stderr)
+            print(f"  {run['seconds']:6.1f} s  {', '.join(run['steps'])}", file=sys.stderr)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
