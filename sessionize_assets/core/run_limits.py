@@ -302,9 +302,9 @@ def caught_up(
     A run "moved nothing" when it changed no manifest row, or changed them only so that the next
     run would take the same window again (`LastRun.next_run_repeats`): no `last_success` moved.
     Such a repeat would read the same rows and write what this run wrote, so it is not run (a
-    `sessionize run` of a new load day used to end with one). `resumes_at()` (the earliest usable
-    session timestamp after the window, None: none; it reads data) is called only for a run that
-    moved nothing and did not reach now.
+    run whose new rows were all late, inside a window short of now, used to be followed by one).
+    `resumes_at()` (the earliest usable session timestamp after the window, None: none; it reads
+    data) is called only for a run that moved nothing and did not reach now.
     """
     now = as_utc(now)
     if isinstance(seen, LakeState):
