@@ -292,11 +292,18 @@ def summarize_measurement(raw: Mapping[str, Any]) -> dict[str, Any]:
             if (sources is not None and k in sources) or (kind is not None and k.startswith(kind))
         )
 
-    event_rows = rows(EVENT_SOURCES)
+    # Event rows an asset check read on the driver (delta-rs: not in Spark's event log), from the
+    # checks' own metadata; counted with the rest.
+    driver_event_rows = sum(
+        int(c.get("driver_event_rows") or 0)
+        for run in raw.get("dagster_runs") or ()
+        for c in run.get("checks") or ()
+    )
+    event_rows = rows(EVENT_SOURCES) + driver_event_rows
     table_rows = rows(kind="table:")
     # What the asset checks read (their steps' windows), reported apart: verification, not the
     # pipeline's own reads.
-    check_event_rows = sum(
+    check_event_rows = driver_event_rows + sum(
         int(totals.get("rows", 0))
         for label, sources in (spark.get("scans_by_window") or {}).items()
         if label.startswith("check:")
@@ -315,6 +322,11 @@ def summarize_measurement(raw: Mapping[str, Any]) -> dict[str, Any]:
             elif source.startswith("table:"):
                 entry["other_table_rows_read"] += int(totals.get("rows", 0))
             entry["bytes_read"] += int(totals.get("bytes", 0))
+    if driver_event_rows:
+        entry = by_branch.setdefault(
+            "checks", {"event_rows_read": 0, "other_table_rows_read": 0, "bytes_read": 0}
+        )
+        entry["event_rows_read"] += driver_event_rows
     for run in raw.get("dagster_runs") or ():
         branch = branch_of("run:" + ",".join(run.get("assets") or ()))
         entry = by_branch.setdefault(
@@ -360,6 +372,7 @@ def summarize_measurement(raw: Mapping[str, Any]) -> dict[str, Any]:
         "rows_read": {
             "event_rows": event_rows,
             "check_event_rows": check_event_rows,
+            "driver_event_rows": driver_event_rows,
             "landing": rows(["landing"]),
             "events_table": rows(["table:events"]),
             "filtered_events_table": rows(["table:filtered_events"]),

@@ -32,6 +32,10 @@ from typing import Any
 
 import psutil
 
+# The metadata key under which an asset check reports the event rows it read on the driver
+# (sessionize_assets.checks.DRIVER_ROWS_READ; spelled out so that older revisions measure too).
+DRIVER_ROWS_READ = "event rows read on the driver"
+
 PROCESS_STARTED = time.time()
 
 
@@ -249,7 +253,9 @@ def dagster_run_windows(since: float) -> list[dict[str, Any]]:
 def _check_steps(instance: Any, run: Any) -> list[dict[str, Any]]:
     """The asset-check steps of a run with their start and end (seconds): their Spark work is
     reported apart from the assets' (`check:<step>` windows). A step is a check's when it
-    recorded a check evaluation or its key ends with a selected check's name."""
+    recorded a check evaluation or its key ends with a selected check's name. A check that reads
+    event rows on the driver (delta-rs, invisible to Spark's event log) says how many in its
+    metadata: `driver_event_rows`."""
     from dagster import DagsterEventType
 
     names = {key.name for key in (run.asset_check_selection or ())}
@@ -261,6 +267,7 @@ def _check_steps(instance: Any, run: Any) -> list[dict[str, Any]]:
     }
     times: dict[str, dict[str, float]] = {}
     checks = set()
+    driver_rows: dict[str, int] = {}
     for entry in instance.all_logs(run.run_id, of_type=kinds):
         event = entry.dagster_event
         if event is None or not event.step_key:
@@ -268,13 +275,22 @@ def _check_steps(instance: Any, run: Any) -> list[dict[str, Any]]:
         key = event.step_key
         if event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION:
             checks.add(key)
+            metadata = getattr(event.event_specific_data, "metadata", None) or {}
+            value = metadata.get(DRIVER_ROWS_READ)
+            if value is not None:
+                driver_rows[key] = driver_rows.get(key, 0) + int(value.value or 0)
         elif event.event_type == DagsterEventType.STEP_START:
             times.setdefault(key, {})["start"] = entry.timestamp
         else:
             times.setdefault(key, {})["end"] = entry.timestamp
     checks |= {k for k in times if any(k.endswith(name) for name in names)}
     return [
-        {"step": step, "start": t["start"], "end": t["end"]}
+        {
+            "step": step,
+            "start": t["start"],
+            "end": t["end"],
+            "driver_event_rows": driver_rows.get(step, 0),
+        }
         for step, t in sorted(times.items())
         if step in checks and "start" in t and "end" in t
     ]

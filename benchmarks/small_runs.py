@@ -76,7 +76,8 @@ def by_call_site(jobs: list[dict], executions: list[dict]) -> list[dict[str, Any
 
 def dagster_runs(since: float) -> list[dict[str, Any]]:
     """The Dagster runs the command recorded in the home's instance (the command line exports
-    DAGSTER_HOME), oldest first: their steps (assets and checks) and seconds from start to end."""
+    DAGSTER_HOME), oldest first: their steps (assets and checks), each step's seconds, and the
+    run's seconds from start to end."""
     from dagster import DagsterEventType, DagsterInstance, RunsFilter
 
     out = []
@@ -87,9 +88,22 @@ def dagster_runs(since: float) -> list[dict[str, Any]]:
         for record in sorted(records, key=lambda r: r.create_timestamp):
             run_id = record.dagster_run.run_id
             steps = instance.all_logs(run_id, of_type=DagsterEventType.STEP_START)
+            ends = {
+                e.step_key: e.timestamp
+                for e in instance.all_logs(
+                    run_id,
+                    of_type={DagsterEventType.STEP_SUCCESS, DagsterEventType.STEP_FAILURE},
+                )
+            }
             out.append(
                 {
                     "steps": [e.step_key for e in steps],
+                    # Each step's seconds from its start to its success or failure.
+                    "step_seconds": {
+                        e.step_key: round(ends[e.step_key] - e.timestamp, 2)
+                        for e in steps
+                        if e.step_key in ends
+                    },
                     "status": record.dagster_run.status.value,
                     "seconds": round((record.end_time or 0) - (record.start_time or 0), 1),
                 }
@@ -178,7 +192,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         for run in results["commands"][name]["dagster_runs"]:
-            print(f"  {run['seconds']:6.1f} s  {', '.join(run['steps'])}", file=sys.stderr)
+            steps = ", ".join(
+                f"{step} {run['step_seconds'].get(step, '?')}" for step in run["steps"]
+            )
+            print(f"  {run['seconds']:6.1f} s  {steps}", file=sys.stderr)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")

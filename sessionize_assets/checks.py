@@ -6,7 +6,9 @@ invariant of daily_aggregates (SPEC section 5)."""
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass
 
+import pyarrow.compute as pc
 from dagster import (
     AssetCheckExecutionContext,
     AssetCheckResult,
@@ -16,12 +18,21 @@ from dagster import (
     asset_check,
 )
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
-from sessionize_assets.core.filtering import duplicate_event_ids, duplicate_event_ids_touching
+from sessionize_assets.core.clock import as_date
+from sessionize_assets.core.filtering import (
+    duplicate_copies,
+    duplicate_event_ids,
+    duplicate_event_ids_touching,
+)
 from sessionize_assets.core.late_days import accounting_differences
 from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE
-from sessionize_assets.resources.delta import data_skipping_when_it_pays, read_table
+from sessionize_assets.resources.delta import (
+    add_actions,
+    data_skipping_when_it_pays,
+    delta_table,
+    read_version,
+)
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import SparkDeltaResource
 from sessionize_assets.settings import Settings
@@ -29,9 +40,43 @@ from sessionize_assets.time_based.state import partition_counts, read_state
 from sessionize_assets.time_based.tables import TimeBasedTables
 
 EXAMPLES = 20
+# A duplicates check over up to this many rows of filtered_events runs on the driver (delta-rs and
+# Arrow read two columns; no Spark job and no Delta snapshot); a larger one runs in Spark.
+DRIVER_CHECK_ROWS = 5_000_000
+DRIVER_ROWS_READ = "event rows read on the driver"
 # Dagster's run tags for a partition range (the command line sets them on its range runs).
 ASSET_PARTITION_RANGE_START_TAG = "dagster/asset_partition_range_start"
 ASSET_PARTITION_RANGE_END_TAG = "dagster/asset_partition_range_end"
+
+
+@dataclass(frozen=True)
+class DuplicatesScan:
+    """What a duplicates check reads: filtered_events at `version`, the load days `read` (all
+    when None) and their `rows` (None when a file has no row count in the Delta log)."""
+
+    version: int | None
+    read: tuple[dt.date, dt.date] | None
+    rows: int | None
+
+    def on_driver(self, driver_rows: int = DRIVER_CHECK_ROWS) -> bool:
+        return self.rows is not None and self.rows <= driver_rows
+
+
+def duplicates_scan(
+    path: str, dedupe_lookback_days: int, load_days: tuple[dt.date, dt.date] | None = None
+) -> DuplicatesScan:
+    """The load days a check of `load_days` reads (first - lookback .. last + lookback: where
+    the other copy can be) and their rows, from the Delta log (delta-rs, no data read)."""
+    version, files = add_actions(path)
+    lookback = dt.timedelta(days=dedupe_lookback_days)
+    read = None if load_days is None else (load_days[0] - lookback, load_days[1] + lookback)
+    counts = [
+        f.get("num_records")
+        for f in files
+        if read is None or read[0] <= as_date(f[f"partition.{LOAD_DATE}"]) <= read[1]
+    ]
+    rows = None if any(n is None for n in counts) else sum(counts)
+    return DuplicatesScan(version, read, rows)
 
 
 def duplicates_in_filtered_events(
@@ -40,41 +85,92 @@ def duplicates_in_filtered_events(
     dedupe_lookback_days: int,
     load_days: tuple[dt.date, dt.date] | None = None,
     configured: Mapping[str, str] | None = None,
+    driver_rows: int = DRIVER_CHECK_ROWS,
+    scan: DuplicatesScan | None = None,
 ) -> list[str]:
     """Copies of an event_id kept within dedupe_lookback_days load days of each other; with
-    `load_days` (first, last), only copies of which one is in those load days. `configured`:
-    the user's `spark` settings (data skipping is used only where it pays, unless set there)."""
-    filtered = read_table(spark, tables.filtered_events)
-    if filtered is None:
+    `load_days` (first, last), only copies of which one is in those load days. Up to
+    `driver_rows` rows in the load days read (`duplicates_scan`, or `scan` when given) are
+    checked on the driver from their event ids (delta-rs, no Spark); more in Spark.
+    `configured`: the user's `spark` settings (data skipping is used only where it pays, unless
+    set there)."""
+    path = tables.filtered_events
+    scan = scan or duplicates_scan(path, dedupe_lookback_days, load_days)
+    if scan.version is None:
         return []
+    if scan.on_driver(driver_rows):
+        rows = repeated_event_ids(path, scan.version, scan.read)
+        found = duplicate_copies(rows, dedupe_lookback_days, load_days)
+    else:
+        found = _duplicates_in_spark(
+            spark, path, scan.version, dedupe_lookback_days, load_days, configured
+        )
+    return [
+        f"event_id {event_id} kept in load days {day} and {other}"
+        for event_id, day, other in found[:EXAMPLES]
+    ]
+
+
+def repeated_event_ids(
+    path: str, version: int, load_days: tuple[dt.date, dt.date] | None
+) -> list[tuple[str | None, dt.date]]:
+    """(event_id, load_date) of the rows in `load_days` (all when None) whose event_id is kept
+    more than once there: only those reach Python, the rest stay in Arrow."""
+    table = delta_table(path, version)
+    partitions = (
+        None
+        if load_days is None
+        else [
+            (LOAD_DATE, ">=", load_days[0].isoformat()),
+            (LOAD_DATE, "<=", load_days[1].isoformat()),
+        ]
+    )
+    rows = table.to_pyarrow_table(columns=["event_id", LOAD_DATE], partitions=partitions)
+    counts = rows.group_by("event_id").aggregate([(LOAD_DATE, "count")])
+    repeated = counts.filter(pc.greater(counts[f"{LOAD_DATE}_count"], 1))["event_id"]
+    rows = rows.filter(pc.is_in(rows["event_id"], value_set=repeated))
+    return list(zip(rows["event_id"].to_pylist(), rows[LOAD_DATE].to_pylist(), strict=True))
+
+
+def _duplicates_in_spark(
+    spark: SparkSession,
+    path: str,
+    version: int,
+    dedupe_lookback_days: int,
+    load_days: tuple[dt.date, dt.date] | None,
+    configured: Mapping[str, str] | None,
+) -> list[tuple[str | None, dt.date, dt.date]]:
+    filtered = read_version(spark, path, version)
     if load_days is None:
         found = duplicate_event_ids(filtered, dedupe_lookback_days)
     else:
         found = duplicate_event_ids_touching(filtered, dedupe_lookback_days, *load_days)
-    found = found.orderBy("event_id", LOAD_DATE).limit(EXAMPLES)
-    with data_skipping_when_it_pays(spark, [tables.filtered_events], configured):
+    found = found.orderBy("event_id", LOAD_DATE, "other_load_date").limit(EXAMPLES)
+    with data_skipping_when_it_pays(spark, [path], configured):
         rows = found.collect()
-    return [
-        f"event_id {r.event_id} kept in load days {r[LOAD_DATE]} and {r.other_load_date}"
-        for r in rows
-    ]
+    return [(r.event_id, r[LOAD_DATE], r.other_load_date) for r in rows]
 
 
-def counted_per_event_day(spark: SparkSession, tables: TimeBasedTables) -> dict:
-    """{event day: (sum of total_events, horizon recorded)} from daily_aggregates."""
-    daily = read_table(spark, tables.daily_aggregates)
-    if daily is None:
+def counted_per_event_day(tables: TimeBasedTables) -> dict:
+    """{event day: (sum of total_events, horizon recorded)} from daily_aggregates (delta-rs, no
+    Spark: a few rows per event day)."""
+    table = delta_table(tables.daily_aggregates)
+    if table is None:
         return {}
-    rows = daily.groupBy(EVENT_DATE).agg(
-        F.sum("total_events").alias("rows"), F.max("_horizon_load_date").alias("horizon")
+    rows = table.to_pyarrow_table(columns=[EVENT_DATE, "total_events", "_horizon_load_date"])
+    per_day = rows.group_by(EVENT_DATE).aggregate(
+        [("total_events", "sum"), ("_horizon_load_date", "max")]
     )
-    return {r[EVENT_DATE]: (int(r["rows"] or 0), r["horizon"]) for r in rows.collect()}
+    return {
+        r[EVENT_DATE]: (int(r["total_events_sum"] or 0), r["_horizon_load_date_max"])
+        for r in per_day.to_pylist()
+    }
 
 
-def accounting_invariant(spark: SparkSession, tables: TimeBasedTables) -> list[str]:
+def accounting_invariant(tables: TimeBasedTables) -> list[str]:
     """Per event day: rows in filtered_events = rows counted into daily_aggregates + pending."""
     _, counts = partition_counts(tables.filtered_events)
-    return accounting_differences(counts, counted_per_event_day(spark, tables))
+    return accounting_differences(counts, counted_per_event_day(tables))
 
 
 def run_load_days(context: AssetCheckExecutionContext) -> tuple[dt.date, dt.date] | None:
@@ -105,12 +201,11 @@ def build_checks(settings: Settings) -> list[AssetChecksDefinition]:
         context: AssetCheckExecutionContext, lake: LakeResource, spark: SparkDeltaResource
     ) -> AssetCheckResult:
         load_days = run_load_days(context)
+        tables = TimeBasedTables.at(lake.table)
+        lookback = lake.settings.dedupe_lookback_days
+        scan = duplicates_scan(tables.filtered_events, lookback, load_days)
         found = duplicates_in_filtered_events(
-            spark.get_session(),
-            TimeBasedTables.at(lake.table),
-            lake.settings.dedupe_lookback_days,
-            load_days,
-            lake.settings.spark,
+            spark.get_session(), tables, lookback, load_days, lake.settings.spark, scan=scan
         )
         scope = (
             "all load days" if load_days is None else f"load days {load_days[0]}..{load_days[1]}"
@@ -122,6 +217,8 @@ def build_checks(settings: Settings) -> list[AssetChecksDefinition]:
                 "duplicates (first examples)": MetadataValue.json(found),
                 "dedupe_lookback_days": MetadataValue.int(lake.settings.dedupe_lookback_days),
                 "checked": MetadataValue.text(scope),
+                # What it read outside Spark (the benchmark adds it to the rows read).
+                DRIVER_ROWS_READ: MetadataValue.int((scan.rows or 0) if scan.on_driver() else 0),
             },
         )
 
@@ -136,16 +233,14 @@ def build_checks(settings: Settings) -> list[AssetChecksDefinition]:
         ),
         blocking=True,
     )
-    def accounting_invariant_check(
-        lake: LakeResource, spark: SparkDeltaResource
-    ) -> AssetCheckResult:
+    def accounting_invariant_check(lake: LakeResource) -> AssetCheckResult:
         tables = TimeBasedTables.at(lake.table)
         # A command's runs re-aggregate their event days one range after another: a day a later
         # run will redo (a rewritten load day took its rows away) holds only once that run is
         # done, so the days awaiting re-aggregation are left out (delta-rs reads, no Spark).
         awaiting = sorted(read_state(tables).outstanding())
         _, counts = partition_counts(tables.filtered_events)
-        counted = counted_per_event_day(spark.get_session(), tables)
+        counted = counted_per_event_day(tables)
         differences = accounting_differences(counts, counted, set(awaiting))
         pending: dict[str, int] = defaultdict(int)
         for (load_day, event_day), rows in counts.items():

@@ -333,7 +333,15 @@ def test_measurement_summary_splits_reads_and_time_by_branch() -> None:
             {"label": "run", "start": 40.0, "end": 95.0, "wall_s": 55.0, "exit_code": 0},
         ],
         "dagster_runs": [
-            {"assets": ["days_to_process", "filtered_events"], "start": 45.0, "end": 65.0},
+            {
+                "assets": ["days_to_process", "filtered_events"],
+                "start": 45.0,
+                "end": 65.0,
+                # A check that read event ids on the driver (not in Spark's event log).
+                "checks": [
+                    {"step": "filtered_events_no_duplicate_event_ids", "driver_event_rows": 25}
+                ],
+            },
             {"assets": ["session_models"], "start": 70.0, "end": 90.0},
         ],
         "spark": {
@@ -366,7 +374,8 @@ def test_measurement_summary_splits_reads_and_time_by_branch() -> None:
         "memory": {"peak_pss_total_bytes": 123},
     }
     m = common.summarize_measurement(raw)
-    assert m["rows_read"]["event_rows"] == 450
+    assert m["rows_read"]["event_rows"] == 450 + 25
+    assert m["rows_read"]["driver_event_rows"] == 25
     assert m["rows_read"]["other_tables"] == 7
     assert m["rows_read"]["delta_log"] == 9
     assert m["files_touched"] == 8 + 2 + 1
@@ -379,8 +388,8 @@ def test_measurement_summary_splits_reads_and_time_by_branch() -> None:
         "spark_jobs": 2,
     }
     assert m["by_branch"]["session-based"]["event_rows_read"] == 40
-    assert m["by_branch"]["checks"]["event_rows_read"] == 10  # reported apart from the assets
-    assert m["rows_read"]["check_event_rows"] == 10
+    assert m["by_branch"]["checks"]["event_rows_read"] == 35  # reported apart from the assets
+    assert m["rows_read"]["check_event_rows"] == 35
     assert m["by_branch"]["session-based"]["other_table_rows_read"] == 7
     assert m["by_branch"]["load"]["wall_s"] == 30.0
     assert m["by_branch"]["other"]["wall_s"] == 15.0  # the run step outside its Dagster runs
@@ -537,6 +546,8 @@ def test_benchmark_end_to_end(tmp_path: Path) -> None:
         c["step"] for r in history["raw"]["incremental"]["dagster_runs"] for c in r["checks"]
     ]
     assert "filtered_events_no_duplicate_event_ids" in checked, checked
+    # The duplicates check reads its event ids on the driver at this size, and says how many.
+    assert inc["rows_read"]["driver_event_rows"] > 0
     assert 0 < inc["rows_read"]["check_event_rows"] < inc["rows_read"]["event_rows"]
     assert (
         history["incremental_read_vs_minimal_without_checks"]

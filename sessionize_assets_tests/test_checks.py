@@ -11,7 +11,11 @@ import yaml
 from dagster import AssetSelection, AssetSpec, DagsterInstance, materialize
 from deltalake import write_deltalake
 
-from sessionize_assets.checks import build_checks
+from sessionize_assets.checks import (
+    build_checks,
+    duplicates_in_filtered_events,
+    repeated_event_ids,
+)
 from sessionize_assets.partitions import daily_partitions
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import SparkDeltaResource
@@ -104,3 +108,40 @@ def test_checks_pass_on_consistent_tables_and_name_what_is_wrong(spark, tmp_path
     assert accounting.metadata["pending rows per event day"].value == {
         "2024-03-01": 2 if broken else 1
     }
+
+
+def test_the_duplicates_check_finds_the_same_copies_on_the_driver_as_in_spark(
+    spark, tmp_path
+) -> None:
+    """Up to DRIVER_CHECK_ROWS rows the check reads event ids with delta-rs; beyond, in Spark.
+    Both read only the load days within the lookback of the run's (partition filters)."""
+    tables = TimeBasedTables.at(lambda name: str(tmp_path / name))
+    assert duplicates_in_filtered_events(spark, tables, 1) == []  # no table yet
+    write_filtered(
+        tables.filtered_events,
+        [
+            ("a", 1, 1), ("a", 2, 1),  # copies in load days 1 and 2
+            ("b", 4, 3), ("b", 4, 4),  # two copies in load day 4
+            ("c", 5, 5), ("c", 7, 5),  # two days apart: fine with lookback 1
+            ("d", 6, 6), ("d", 7, 7),  # copies in load days 6 and 7
+            ("e", 3, 3),
+        ],
+    )  # fmt: skip
+    scopes = {
+        None: [
+            "event_id a kept in load days 2024-03-01 and 2024-03-02",
+            "event_id b kept in load days 2024-03-04 and 2024-03-04",
+            "event_id d kept in load days 2024-03-06 and 2024-03-07",
+        ],
+        (day(3), day(3)): [],  # load days 2..4 read; neither copy of `a` or `b` is in day 3
+        (day(2), day(2)): ["event_id a kept in load days 2024-03-01 and 2024-03-02"],
+        (day(5), day(7)): ["event_id d kept in load days 2024-03-06 and 2024-03-07"],
+    }
+    for load_days, expected in scopes.items():
+        assert duplicates_in_filtered_events(spark, tables, 1, load_days) == expected, load_days
+        in_spark = duplicates_in_filtered_events(spark, tables, 1, load_days, driver_rows=0)
+        assert in_spark == expected, load_days
+    # Only the ids kept more than once in the load days read reach Python.
+    assert sorted(repeated_event_ids(tables.filtered_events, 0, (day(1), day(4)))) == [
+        ("a", day(1)), ("a", day(2)), ("b", day(4)), ("b", day(4))
+    ]  # fmt: skip

@@ -473,7 +473,7 @@ def verify_time_based(lake: LakeResource, spark: SparkSession) -> TimeBasedVerif
     settings, tables = lake.settings, _tables(lake)
     state = read_state(tables)
     report = TimeBasedVerifyReport(pending_load_days=state.pending_load_days(settings.start_date))
-    accounting = [f"accounting: {d}" for d in accounting_invariant(spark, tables)]
+    accounting = [f"accounting: {d}" for d in accounting_invariant(tables)]
     duplicates = [
         f"filtered_events: {d}"
         for d in duplicates_in_filtered_events(

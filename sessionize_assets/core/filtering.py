@@ -16,7 +16,8 @@ the order in which load days were processed.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -246,6 +247,38 @@ def duplicate_event_ids(filtered: DataFrame, dedupe_lookback_days: int) -> DataF
         .select("event_id", LOAD_DATE, "other_load_date")
     )
     return same_day.unionByName(across)
+
+
+def duplicate_copies(
+    rows: Iterable[tuple[str | None, dt.date]],
+    dedupe_lookback_days: int,
+    load_days: tuple[dt.date, dt.date] | None = None,
+) -> list[tuple[str | None, dt.date, dt.date]]:
+    """`duplicate_event_ids` in plain Python over (event_id, load_date) rows, sorted by event_id
+    (None first, as Spark sorts nulls), load day and other load day: (event_id, load_date,
+    other_load_date) once per load day holding two copies and once per two load days within
+    `dedupe_lookback_days` of each other. With `load_days` (first, last), only the copies of
+    which one is in those load days (`duplicate_event_ids_touching`)."""
+    copies: dict[str | None, Counter[dt.date]] = defaultdict(Counter)
+    for event_id, load_day in rows:
+        copies[event_id][load_day] += 1
+    found = []
+    for event_id, days in copies.items():
+        if sum(days.values()) < 2:
+            continue
+        ordered = sorted(days)
+        for i, day in enumerate(ordered):
+            if days[day] > 1:
+                found.append((event_id, day, day))
+            found += [
+                (event_id, day, other)
+                for other in ordered[i + 1 :]
+                if (other - day).days <= dedupe_lookback_days
+            ]
+    if load_days is not None:
+        first, last = load_days
+        found = [f for f in found if first <= f[1] <= last or first <= f[2] <= last]
+    return sorted(found, key=lambda f: (f[0] is not None, f[0] or "", f[1], f[2]))
 
 
 def duplicate_event_ids_touching(

@@ -19,6 +19,7 @@ from sessionize_assets.core.filtering import (
     DUPLICATE,
     EVENT_FILTER,
     accounting,
+    duplicate_copies,
     duplicate_event_ids,
     duplicate_event_ids_touching,
     ids_needing_a_decision,
@@ -310,6 +311,39 @@ def test_duplicates_touching_a_run_are_those_with_a_copy_in_its_load_days(spark)
         ).collect()
     )
     assert got == [("after", 6, 8), ("into", 3, 5)]
+
+
+def test_duplicate_copies_are_those_spark_finds_on_the_same_rows(spark) -> None:
+    """The driver's duplicates check (plain Python) against the Spark one, on both tests' rows."""
+    rows = [
+        ("ok", 1), ("ok", 5), ("near", 1), ("near", 4), ("same", 2), ("same", 2), ("single", 2),
+        ("three", 1), ("three", 2), ("three", 3), ("three", 3), ("far", 1), ("far", 6),
+    ]  # fmt: skip
+    frame = events_frame(spark, [event(i, f"2024-03-{d:02d}T01:00:00") for i, d in rows]).select(
+        "event_id", "load_date"
+    )
+    as_days = [(i, dt.date(2024, 3, d)) for i, d in rows]
+    for window in (None, (dt.date(2024, 3, 3), dt.date(2024, 3, 3))):
+        spark_found = (
+            duplicate_event_ids(frame, 3)
+            if window is None
+            else duplicate_event_ids_touching(frame, 3, *window)
+        )
+        expected = sorted(
+            (r.event_id, r.load_date, r.other_load_date) for r in spark_found.collect()
+        )
+        assert duplicate_copies(as_days, 3, window) == expected
+    assert duplicate_copies(as_days, 3, (dt.date(2024, 3, 3), dt.date(2024, 3, 3))) == [
+        ("three", dt.date(2024, 3, 1), dt.date(2024, 3, 3)),
+        ("three", dt.date(2024, 3, 2), dt.date(2024, 3, 3)),
+        ("three", dt.date(2024, 3, 3), dt.date(2024, 3, 3)),
+    ]
+    assert duplicate_copies(
+        [("x", dt.date(2024, 3, 1))] * 2 + [(None, dt.date(2024, 3, 2))] * 2, 0
+    ) == [
+        (None, dt.date(2024, 3, 2), dt.date(2024, 3, 2)),
+        ("x", dt.date(2024, 3, 1), dt.date(2024, 3, 1)),
+    ]
 
 
 def reference_outcomes(

@@ -82,7 +82,8 @@ def test_the_steps_and_the_session_run_plan_under_the_decision(spark, tmp_path, 
     assert seen == {n: "false" for n in ("filtered_events", "daily_aggregates", "session_models")}
     assert spark.conf.get(DATA_SKIPPING, None) != "false"
 
-    # The duplicates check runs its one query (the collect) inside the decision too.
+    # The duplicates check, when it runs in Spark (more rows than the driver takes), runs its one
+    # query (the collect) inside the decision too.
     class Found:
         def orderBy(self, *columns):  # noqa: ANN002, ANN202, N802 - DataFrame's names
             return self
@@ -94,7 +95,8 @@ def test_the_steps_and_the_session_run_plan_under_the_decision(spark, tmp_path, 
             seen["duplicates check"] = spark.conf.get(DATA_SKIPPING, None)
             return []
 
-    monkeypatch.setattr(checks, "read_table", lambda spark, path: "filtered_events")
+    monkeypatch.setattr(checks, "add_actions", lambda path: (1, []))
+    monkeypatch.setattr(checks, "read_version", lambda spark, path, version: "filtered_events")
     monkeypatch.setattr(checks, "duplicate_event_ids", lambda frame, days: Found())
-    assert checks.duplicates_in_filtered_events(spark, tables, 1) == []
+    assert checks.duplicates_in_filtered_events(spark, tables, 1, driver_rows=-1) == []
     assert seen["duplicates check"] == "false"

@@ -269,7 +269,7 @@ def test_daily_aggregates_count_rows_up_to_the_horizon(spark, scenario) -> None:
     ) == (5, 1, 2)
     assert manifest[day(1)].horizon == day(3) and all(r.accounted for r in manifest.values())
     assert not state.outstanding()
-    assert accounting_invariant(spark, tables_of(lake)) == []
+    assert accounting_invariant(tables_of(lake)) == []
     stored_manifest = {
         r.event_date: r for r in read(spark, lake, "daily_aggregation_manifest").collect()
     }
@@ -411,7 +411,7 @@ def test_rerun_replaces_exactly_its_load_day_and_keyhole_repair_clears_pending(
     # Load day 03-02 was counted into event day 03-01 (horizon 03-03): re-run, so re-aggregate.
     state = read_state(tables_of(lake))
     assert sorted(state.outstanding()) == [day(1), day(2)]
-    assert accounting_invariant(spark, tables_of(lake)) == []
+    assert accounting_invariant(tables_of(lake)) == []
     # Keyhole repair: event day 03-01 with every row loaded so far (clears its pending row).
     config = {"ops": {"daily_aggregates": {"config": {"all_loaded_rows": True}}}}
     repair = materialize_time_based(
@@ -470,7 +470,7 @@ def test_a_late_load_into_an_earlier_load_day_reaches_later_load_days(
     # Event day 03-02 lost its only row: it was counted (horizon 03-02), so it is re-aggregated.
     assert sorted(state.outstanding()) == [day(1), day(2)]
     assert materialize_time_based(lake, instance, ["daily_aggregates"], day(1), day(2)).success
-    assert accounting_invariant(spark, tables_of(lake)) == []
+    assert accounting_invariant(tables_of(lake)) == []
     assert (
         read(spark, lake, "daily_aggregates").filter("event_date = DATE'2024-03-02'").count() == 0
     )
