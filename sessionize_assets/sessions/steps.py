@@ -16,12 +16,13 @@ from pyspark.sql import functions as F
 
 from sessionize_assets import faults
 from sessionize_assets.core import sessionize as core
-from sessionize_assets.core.clock import from_micros
+from sessionize_assets.core.clock import as_utc, from_micros
 from sessionize_assets.core.run_limits import RunLimits
 from sessionize_assets.resources.delta import (
     delta_version,
     ensure_table,
     merge,
+    newest_value,
     nulls_for,
     overwrite,
     read_version,
@@ -430,9 +431,15 @@ def next_data_after(
     spark: SparkSession, table_path: TablePath, settings: Settings, upper: dt.datetime
 ) -> dt.datetime | None:
     """The earliest usable session timestamp after `upper` in the current filtered_events (None:
-    none): where the data resumes after a window that had none."""
+    none): where the data resumes after a window that had none. When the Delta log's file
+    statistics bound every session timestamp (the session timestamp, else load_tstamp, as
+    `core.sessionize.prepare_events` takes it) at or before `upper`, none lies after it: no
+    Spark query."""
     path = table_path(FILTERED_EVENTS)
     if delta_version(path) is None:
+        return None
+    newest = newest_value(path, settings.session_timestamp, for_nulls="load_tstamp")
+    if isinstance(newest, dt.datetime) and as_utc(newest) <= as_utc(upper):
         return None
     prepared = core.usable(core.prepare_events(read_version(spark, path), settings), settings)
     value = (
