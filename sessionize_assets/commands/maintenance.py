@@ -132,7 +132,7 @@ def _maintain_tables(
     retention), deciding from the Delta log and the file ages without a Spark job."""
     lines = []
     for table in tables:
-        actions = add_actions(str(table))[1]
+        actions = add_actions(str(table))[1]  # the current version's files, until an OPTIMIZE
         current_before = len(actions)
         disk_before = files_on_disk(table)
         partitions = [
@@ -151,7 +151,8 @@ def _maintain_tables(
             # filtered_events consumed are carried across it.
             version = delta_table(str(table)).version()
             optimize(spark, str(table))
-            current_after = len(add_actions(str(table))[1])
+            actions = add_actions(str(table))[1]
+            current_after = len(actions)
             carried = carry_consumed_fingerprints(
                 str(table), str(table.parent / FILTERED_EVENTS_ACCOUNTING), version
             )
@@ -161,11 +162,11 @@ def _maintain_tables(
             )
         else:
             optimize(spark, str(table))
-            current_after = len(add_actions(str(table))[1])
+            actions = add_actions(str(table))[1]
+            current_after = len(actions)
             line = f"{table.name}: {current_before} -> {current_after} files in the current version"
         if vacuum_hours is not None:
-            current = add_actions(str(table))[1]
-            if vacuum_finds_work(unreferenced_ages_hours(table, current, now), vacuum_hours):
+            if vacuum_finds_work(unreferenced_ages_hours(table, actions, now), vacuum_hours):
                 spark.sql(f"VACUUM {table_ref(str(table))} RETAIN {vacuum_hours:g} HOURS").collect()
             deleted = disk_before - files_on_disk(table)
             line += f"; {deleted} unreferenced file(s) older than {vacuum_hours:g} h deleted"
