@@ -239,13 +239,6 @@ def _run_session_models(
                             now,
                             outcome,
                         )
-                    elif sessions_users is not None and _same_start(manifest, model):
-                        # The sessions model just took on these same changes from the same
-                        # consumed version: a user-level row can change only for the users whose
-                        # sessions rows it changed (old or new owner), so the lifecycle manifest
-                        # it just rewrote is not read again.
-                        users = sessions_users.select("user_identifier")
-                        process_user_model(spark, table_path, model, users, outcome)
                     else:
                         lifecycle = table_or_empty(
                             spark, table_path(SESSIONS_LIFECYCLE_MANIFEST), LIFECYCLE_SCHEMA
@@ -301,19 +294,6 @@ def _run_session_models(
         resumes_at=lambda: next_data_after(spark, table_path, settings, limits.upper_limit),
     )
     return run
-
-
-def _same_start(manifest: dict[str, ModelState], model: str) -> bool:
-    """`model` consumed filtered_events up to the same version as the sessions model before this
-    run: both took on the same changes since, so the sessions rows the run changed are all the
-    changes `model`'s rows derive from."""
-    mine, sessions = manifest.get(model), manifest.get(SESSIONS)
-    return (
-        mine is not None
-        and sessions is not None
-        and mine.consumed_version is not None
-        and mine.consumed_version == sessions.consumed_version
-    )
 
 
 def _advance(outcome: ModelOutcome, processed: dt.datetime | None, version: int) -> None:
