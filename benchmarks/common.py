@@ -378,7 +378,12 @@ def summarize_measurement(raw: Mapping[str, Any]) -> dict[str, Any]:
             "filtered_events_table": rows(["table:filtered_events"]),
             "other_tables": table_rows - rows(["table:events", "table:filtered_events"]),
             "delta_log": rows(kind="delta_log:"),
-            "by_source": {k: int(v.get("rows", 0)) for k, v in sorted(scans.items())},
+            # Spark's scans, plus `driver:filtered_events` when a check read event ids with
+            # delta-rs (their sum is `event_rows` + other tables + the Delta log).
+            "by_source": {
+                **{k: int(v.get("rows", 0)) for k, v in sorted(scans.items())},
+                **({"driver:filtered_events": driver_event_rows} if driver_event_rows else {}),
+            },
         },
         "bytes_read": {
             "task_input_bytes": int(tasks.get("input_bytes", 0)),

@@ -114,8 +114,8 @@ def duplicates_in_filtered_events(
 def repeated_event_ids(
     path: str, version: int, load_days: tuple[dt.date, dt.date] | None
 ) -> list[tuple[str | None, dt.date]]:
-    """(event_id, load_date) of the rows in `load_days` (all when None) whose event_id is kept
-    more than once there: only those reach Python, the rest stay in Arrow."""
+    """(event_id, load_date) of the rows in `load_days` (all when None) whose event_id (not
+    null) is kept more than once there: only those reach Python, the rest stay in Arrow."""
     table = delta_table(path, version)
     partitions = (
         None
@@ -126,6 +126,7 @@ def repeated_event_ids(
         ]
     )
     rows = table.to_pyarrow_table(columns=["event_id", LOAD_DATE], partitions=partitions)
+    rows = rows.filter(pc.is_valid(rows["event_id"]))  # null ids are never duplicates
     counts = rows.group_by("event_id").aggregate([(LOAD_DATE, "count")])
     repeated = counts.filter(pc.greater(counts[f"{LOAD_DATE}_count"], 1))["event_id"]
     rows = rows.filter(pc.is_in(rows["event_id"], value_set=repeated))

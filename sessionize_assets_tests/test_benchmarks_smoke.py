@@ -376,6 +376,7 @@ def test_measurement_summary_splits_reads_and_time_by_branch() -> None:
     m = common.summarize_measurement(raw)
     assert m["rows_read"]["event_rows"] == 450 + 25
     assert m["rows_read"]["driver_event_rows"] == 25
+    assert m["rows_read"]["by_source"]["driver:filtered_events"] == 25
     assert m["rows_read"]["other_tables"] == 7
     assert m["rows_read"]["delta_log"] == 9
     assert m["files_touched"] == 8 + 2 + 1

@@ -253,15 +253,17 @@ def duplicate_copies(
     rows: Iterable[tuple[str | None, dt.date]],
     dedupe_lookback_days: int,
     load_days: tuple[dt.date, dt.date] | None = None,
-) -> list[tuple[str | None, dt.date, dt.date]]:
-    """`duplicate_event_ids` in plain Python over (event_id, load_date) rows, sorted by event_id
-    (None first, as Spark sorts nulls), load day and other load day: (event_id, load_date,
-    other_load_date) once per load day holding two copies and once per two load days within
-    `dedupe_lookback_days` of each other. With `load_days` (first, last), only the copies of
-    which one is in those load days (`duplicate_event_ids_touching`)."""
-    copies: dict[str | None, Counter[dt.date]] = defaultdict(Counter)
+) -> list[tuple[str, dt.date, dt.date]]:
+    """`duplicate_event_ids` in plain Python over (event_id, load_date) rows, sorted by event_id,
+    load day and other load day: (event_id, load_date, other_load_date) once per load day
+    holding two copies and once per two load days within `dedupe_lookback_days` of each other.
+    Null ids are never reported (Spark's join on `event_id` matches no null, and deduplication
+    leaves them alone). With `load_days` (first, last), only the copies of which one is in
+    those load days (`duplicate_event_ids_touching`)."""
+    copies: dict[str, Counter[dt.date]] = defaultdict(Counter)
     for event_id, load_day in rows:
-        copies[event_id][load_day] += 1
+        if event_id is not None:
+            copies[event_id][load_day] += 1
     found = []
     for event_id, days in copies.items():
         if sum(days.values()) < 2:
@@ -278,7 +280,7 @@ def duplicate_copies(
     if load_days is not None:
         first, last = load_days
         found = [f for f in found if first <= f[1] <= last or first <= f[2] <= last]
-    return sorted(found, key=lambda f: (f[0] is not None, f[0] or "", f[1], f[2]))
+    return sorted(found)
 
 
 def duplicate_event_ids_touching(
