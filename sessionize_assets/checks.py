@@ -19,7 +19,6 @@ from dagster import (
 )
 from pyspark.sql import SparkSession
 
-from sessionize_assets.core.clock import as_date
 from sessionize_assets.core.filtering import (
     duplicate_copies,
     duplicate_event_ids,
@@ -28,7 +27,6 @@ from sessionize_assets.core.filtering import (
 from sessionize_assets.core.late_days import accounting_differences
 from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE
 from sessionize_assets.resources.delta import (
-    add_actions,
     data_skipping_when_it_pays,
     delta_table,
     read_version,
@@ -52,30 +50,28 @@ ASSET_PARTITION_RANGE_END_TAG = "dagster/asset_partition_range_end"
 @dataclass(frozen=True)
 class DuplicatesScan:
     """What a duplicates check reads: filtered_events at `version`, the load days `read` (all
-    when None) and their `rows` (None when a file has no row count in the Delta log)."""
+    when None) and their `rows`."""
 
     version: int | None
     read: tuple[dt.date, dt.date] | None
-    rows: int | None
+    rows: int
 
     def on_driver(self, driver_rows: int = DRIVER_CHECK_ROWS) -> bool:
-        return self.rows is not None and self.rows <= driver_rows
+        return self.rows <= driver_rows
 
 
 def duplicates_scan(
     path: str, dedupe_lookback_days: int, load_days: tuple[dt.date, dt.date] | None = None
 ) -> DuplicatesScan:
     """The load days a check of `load_days` reads (first - lookback .. last + lookback: where
-    the other copy can be) and their rows, from the Delta log (delta-rs, no data read)."""
-    version, files = add_actions(path)
+    the other copy can be) and their rows, from the Delta log's row counts (`partition_counts`,
+    no data read)."""
+    version, counts = partition_counts(path)
     lookback = dt.timedelta(days=dedupe_lookback_days)
     read = None if load_days is None else (load_days[0] - lookback, load_days[1] + lookback)
-    counts = [
-        f.get("num_records")
-        for f in files
-        if read is None or read[0] <= as_date(f[f"partition.{LOAD_DATE}"]) <= read[1]
-    ]
-    rows = None if any(n is None for n in counts) else sum(counts)
+    rows = sum(
+        n for (load_day, _), n in counts.items() if read is None or read[0] <= load_day <= read[1]
+    )
     return DuplicatesScan(version, read, rows)
 
 
@@ -113,7 +109,7 @@ def duplicates_in_filtered_events(
 
 def repeated_event_ids(
     path: str, version: int, load_days: tuple[dt.date, dt.date] | None
-) -> list[tuple[str | None, dt.date]]:
+) -> list[tuple[str, dt.date]]:
     """(event_id, load_date) of the rows in `load_days` (all when None) whose event_id (not
     null) is kept more than once there: only those reach Python, the rest stay in Arrow."""
     table = delta_table(path, version)
@@ -219,7 +215,7 @@ def build_checks(settings: Settings) -> list[AssetChecksDefinition]:
                 "dedupe_lookback_days": MetadataValue.int(lake.settings.dedupe_lookback_days),
                 "checked": MetadataValue.text(scope),
                 # What it read outside Spark (the benchmark adds it to the rows read).
-                DRIVER_ROWS_READ: MetadataValue.int((scan.rows or 0) if scan.on_driver() else 0),
+                DRIVER_ROWS_READ: MetadataValue.int(scan.rows if scan.on_driver() else 0),
             },
         )
 

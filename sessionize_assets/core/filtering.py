@@ -266,8 +266,6 @@ def duplicate_copies(
             copies[event_id][load_day] += 1
     found = []
     for event_id, days in copies.items():
-        if sum(days.values()) < 2:
-            continue
         ordered = sorted(days)
         for i, day in enumerate(ordered):
             if days[day] > 1:

@@ -95,7 +95,7 @@ def test_the_steps_and_the_session_run_plan_under_the_decision(spark, tmp_path, 
             seen["duplicates check"] = spark.conf.get(DATA_SKIPPING, None)
             return []
 
-    monkeypatch.setattr(checks, "add_actions", lambda path: (1, []))
+    monkeypatch.setattr(checks, "partition_counts", lambda path: (1, {}))
     monkeypatch.setattr(checks, "read_version", lambda spark, path, version: "filtered_events")
     monkeypatch.setattr(checks, "duplicate_event_ids", lambda frame, days: Found())
     assert checks.duplicates_in_filtered_events(spark, tables, 1, driver_rows=-1) == []
