@@ -3,6 +3,9 @@
 - delta-rs (no Spark) for the Delta log and the small state tables: versions, file statistics,
   a handful of bookkeeping rows. Sensors and planners use only these.
 - Spark for data: pinned-version reads, partition replacement, MERGE by key, overwrite.
+- The driver for small results of Spark: a MERGE into a table of at most DRIVER_WRITE_ROWS rows,
+  and the steps whose output the Delta log shows to be that small, collect the rows as Arrow and
+  commit them with delta-rs (a Spark write of a few rows costs several times more).
 
 Nothing here knows a table of the project: callers pass locations (see `resources.tables`).
 """
@@ -129,9 +132,17 @@ def read_version(spark: SparkSession, path: str, version: int | None = None) -> 
 
 
 def schema_pairs(schema: str) -> list[tuple[str, str]]:
-    """`"a string, b long"` -> [("a", "string"), ("b", "long")]."""
+    """`"a string, b long, m map<string,bigint>"` -> [("a", "string"), ("b", "long"), ("m",
+    "map<string,bigint>")]."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(schema):  # split at the commas outside <...> (map<string,bigint>)
+        depth += {"<": 1, ">": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(schema[start:i])
+            start = i + 1
+    parts.append(schema[start:])
     pairs = []
-    for part in schema.split(","):
+    for part in parts:
         name, kind = part.strip().split(" ", 1)
         pairs.append((name, kind.strip()))
     return pairs
@@ -148,13 +159,43 @@ def ensure_table(spark: SparkSession, path: str, schema: str) -> None:
         spark.createDataFrame([], schema).write.format("delta").mode("ignore").save(path)
 
 
+# Tables of at most this many rows (their Delta log says so) are read by the driver with delta-rs
+# into a driver-local DataFrame: Spark's plan of a Delta scan (the snapshot of a new version, the
+# file listing) costs more than the rows (docs/benchmarks.md, "Session 24").
+LOCAL_READ_ROWS = 20_000
+
+
 def table_or_empty(spark: SparkSession, path: str, schema: str) -> DataFrame:
     """The table at its current version, pinned: Spark re-caches DataFrames of a path after a
-    write to it, and a pinned version keeps "the rows before this run's write" what they were."""
-    version = delta_version(path)
-    if version is None:
+    write to it, and a pinned version keeps "the rows before this run's write" what they were.
+    Up to LOCAL_READ_ROWS rows, the columns of `schema` read with delta-rs (`local_table`)."""
+    table = delta_table(path)
+    if table is None:
         return spark.createDataFrame([], schema)
-    return read_version(spark, path, version)
+    local = local_table(spark, table, schema)
+    return local if local is not None else read_version(spark, path, table.version())
+
+
+def read_pinned(spark: SparkSession, path: str, version: int) -> DataFrame:
+    """The table at `version` (which must exist): driver-local up to LOCAL_READ_ROWS rows, with
+    every column in the table's order and the types Spark reads; else Spark's pinned read."""
+    local = local_table(spark, delta_table(path, version))
+    return local if local is not None else read_version(spark, path, version)
+
+
+def local_table(spark: SparkSession, table: Any, schema: str | None = None) -> DataFrame | None:
+    """The delta-rs `table`'s columns of `schema` (all, when None: the types follow from Arrow's)
+    as a driver-local DataFrame, when its live files hold at most LOCAL_READ_ROWS rows (None
+    otherwise, or when a column of `schema` is missing: Spark reads it then)."""
+    counts = pa.table(table.get_add_actions(flatten=True)).column("num_records").to_pylist()
+    if any(n is None for n in counts) or sum(counts) > LOCAL_READ_ROWS:
+        return None
+    if schema is None:
+        return spark.createDataFrame(table.to_pyarrow_table())
+    names = [c for c, _ in schema_pairs(schema)]
+    if not set(names) <= set(pa.schema(table.schema().to_arrow()).names):
+        return None
+    return spark.createDataFrame(table.to_pyarrow_table(columns=names), schema=schema)
 
 
 # -------------------------------------------------------------------------- writes (Spark)
@@ -265,6 +306,8 @@ def merge(spark: SparkSession, path: str, source: DataFrame, key: str, schema: s
                 "append"
             ).save(path)
         return
+    if merge_from_driver(path, source, key, columns):
+        return
     names = ", ".join(f"`{c}`" for c in columns)
     values = ", ".join(f"s.`{c}`" for c in columns)
     updates = ", ".join(f"`{c}` = s.`{c}`" for c in columns)
@@ -367,6 +410,146 @@ def upsert_small(path: str, rows: Sequence[Mapping[str, Any]], schema: pa.Schema
 
     with faults.commit_of(path):
         committed(write)
+
+
+# ------------------------------------------------ small Spark results written from the driver
+# A Spark write plans and commits through Delta's transaction: about 1.5 s for a few rows on
+# this project's machines, against 0.2-0.4 s to collect the same rows as Arrow and commit them
+# with delta-rs (docs/benchmarks.md, "Session 24"). Steps whose output is known to be small (from
+# the Delta log's row counts, before any Spark job) write through the driver.
+DRIVER_WRITE_ROWS = 200_000
+
+
+# Spark's Delta checkpoints a table every 10 commits, delta-rs every 100 by default: the data
+# tables the driver now commits to keep Spark's rhythm, so reading their log stays short.
+CHECKPOINT_INTERVAL = 10
+
+
+def _checkpoint_on_interval(path: str) -> None:
+    """A checkpoint of the table at `path` when its version is a multiple of CHECKPOINT_INTERVAL
+    (after a driver commit; Spark's own commits checkpoint themselves)."""
+    table = delta_table(path)
+    if table is not None and table.version() > 0 and table.version() % CHECKPOINT_INTERVAL == 0:
+        table.create_checkpoint()
+
+
+def _matching(data: pa.Table, path: str) -> pa.Table | None:
+    """`data` with the columns and types of the table at `path`, or None when the table is
+    absent or its columns differ (a schema change is the Spark writers' to make)."""
+    table = delta_table(path)
+    if table is None:
+        return None
+    target = pa.schema(table.schema().to_arrow())
+    if sorted(data.column_names) != sorted(target.names):
+        return None
+    try:
+        return data.select(target.names).cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return None
+
+
+def replace_partitions_from_driver(
+    path: str, data: pa.Table, column: str, days: Iterable[dt.date]
+) -> bool:
+    """`replace_partitions` through delta-rs: replace exactly the rows of `days` with `data`
+    (an overwrite whose predicate names the days; delta-rs refuses rows outside it). Returns
+    False without writing when the table is absent or its columns differ from `data`'s, for
+    the caller's Spark write."""
+    from deltalake import write_deltalake
+
+    matching = _matching(data, path)
+    if matching is None:
+        return False
+    values = ", ".join(f"'{d.isoformat()}'" for d in sorted(set(days)))
+    predicate = f"{column} IN ({values})"
+    with faults.commit_of(path):
+        committed(lambda: write_deltalake(path, matching, mode="overwrite", predicate=predicate))
+    _checkpoint_on_interval(path)
+    return True
+
+
+def merge_from_driver(path: str, source: DataFrame, key: str, columns: Sequence[str]) -> bool:
+    """`merge` through delta-rs when the table holds at most DRIVER_WRITE_ROWS rows (its Delta
+    log says so) and so does `source` (collected as Arrow): the same clauses in the same order
+    (a `_delete` row removes its match; other matches are updated; the rest inserted unless
+    `_delete`). Returns False without writing otherwise, or when the table's columns are not
+    `columns`, for the Spark MERGE."""
+    _, actions = add_actions(path)
+    if sum(a["num_records"] or 0 for a in actions) > DRIVER_WRITE_ROWS:
+        return False
+    data = source.select(*columns, "_delete").limit(DRIVER_WRITE_ROWS + 1).toArrow()
+    if data.num_rows > DRIVER_WRITE_ROWS:
+        return False
+    matching = _matching(data.drop_columns(["_delete"]), path)
+    if matching is None:
+        return False
+    data = matching.append_column("_delete", data.column("_delete"))
+    quoted = {c: f's."{c}"' for c in columns}
+
+    def write() -> None:
+        table = delta_table(path)
+        (
+            table.merge(
+                data,
+                predicate=f't."{key}" = s."{key}"',
+                source_alias="s",
+                target_alias="t",
+            )
+            .when_matched_delete(predicate='s."_delete"')
+            .when_matched_update(updates={f'"{c}"': v for c, v in quoted.items()})
+            .when_not_matched_insert(
+                updates={f'"{c}"': v for c, v in quoted.items()}, predicate='NOT s."_delete"'
+            )
+            .execute()
+        )
+
+    with faults.commit_of(path):
+        committed(write)
+    _checkpoint_on_interval(path)
+    return True
+
+
+def _nullable_type(kind: pa.DataType) -> pa.DataType:
+    if pa.types.is_struct(kind):
+        return pa.struct([_nullable_field(kind.field(i)) for i in range(kind.num_fields)])
+    if pa.types.is_map(kind):
+        item = kind.item_field
+        return pa.map_(kind.key_type, pa.field(item.name, _nullable_type(item.type), True))
+    if pa.types.is_list(kind):
+        value = kind.value_field
+        return pa.list_(pa.field(value.name, _nullable_type(value.type), True))
+    return kind
+
+
+def _nullable_field(field: pa.Field) -> pa.Field:
+    return pa.field(field.name, _nullable_type(field.type), True)
+
+
+def overwrite_from_driver(path: str, data: pa.Table, user_metadata: str | None = None) -> None:
+    """Replace the whole (unpartitioned) table at `path` with `data` through delta-rs, schema
+    included (created when absent), recording `user_metadata` in the commit as Spark's
+    `userMetadata` option does. Every column, map value and array element is nullable in the
+    table's schema, as in the tables Spark writes."""
+    from deltalake import CommitProperties, write_deltalake
+
+    data = data.cast(pa.schema([_nullable_field(f) for f in data.schema]))
+
+    properties = (
+        CommitProperties(custom_metadata={"userMetadata": user_metadata})
+        if user_metadata is not None
+        else None
+    )
+    with faults.commit_of(path):
+        committed(
+            lambda: write_deltalake(
+                path,
+                data,
+                mode="overwrite",
+                schema_mode="overwrite",
+                commit_properties=properties,
+            )
+        )
+    _checkpoint_on_interval(path)
 
 
 # ------------------------------------------- SQL forms (the same over Spark Connect and locally)

@@ -40,12 +40,16 @@ from sessionize_assets.core.sessionize import user_key
 from sessionize_assets.ingest.load_days import EMPTY_FINGERPRINT
 from sessionize_assets.resources import shared_reads
 from sessionize_assets.resources.delta import (
+    DRIVER_WRITE_ROWS,
     add_actions,
     data_skipping_when_it_pays,
     delta_table,
     delta_version,
     exists,
+    overwrite_from_driver,
+    read_pinned,
     replace_partitions,
+    replace_partitions_from_driver,
     replace_small,
     upsert_small,
 )
@@ -519,14 +523,24 @@ def _daily_aggregates(
         )
         # --- the processing-manifest lock wraps from here (see `guarded`)
         try:
-            replace_partitions(
-                spark,
-                daily.repartition(EVENT_DATE),
-                tables.daily_aggregates,
-                EVENT_DATE,
-                days,
-                [EVENT_DATE],
+            # Few rows (counted in the Delta log): collected and committed by the driver.
+            on_driver = (
+                existing
+                and sum(rows_counted.values()) <= DRIVER_WRITE_ROWS
+                and replace_partitions_from_driver(
+                    tables.daily_aggregates, daily.toArrow(), EVENT_DATE, days
+                )
             )
+            if not on_driver:
+                replace_partitions(
+                    spark,
+                    daily.repartition(EVENT_DATE),
+                    tables.daily_aggregates,
+                    EVENT_DATE,
+                    days,
+                    [EVENT_DATE],
+                )
+            result.metadata["written by"] = "the driver (delta-rs)" if on_driver else "Spark"
         finally:
             if not shared:
                 rows.unpersist()
@@ -636,27 +650,32 @@ def attributes_step(
         return StepResult(
             metadata={"rows read": 0, "rows written": 0, "note": "no daily_aggregates yet"}
         )
-    daily = spark.read.format("delta").option("versionAsOf", version).load(tables.daily_aggregates)
+    daily = read_pinned(spark, tables.daily_aggregates, version)
     out = attrs.attributes(daily, as_of, settings.attribute_windows_days, settings.attributes)
-    with faults.commit_of(tables.attributes):
-        (
-            out.coalesce(1)
-            .write.format("delta")
-            .mode("overwrite")
-            .option("overwriteSchema", "true")
-            .option(
-                "userMetadata",
-                json.dumps({"daily_aggregates_version": version, "as_of": as_of.isoformat()}),
-            )
-            .save(tables.attributes)
-        )
+    source = json.dumps({"daily_aggregates_version": version, "as_of": as_of.isoformat()})
     _, read_actions = add_actions(tables.daily_aggregates, version)
+    rows_read = sum(a["num_records"] or 0 for a in read_actions)
+    # At most one row per user of daily_aggregates: few rows are committed by the driver.
+    on_driver = rows_read <= DRIVER_WRITE_ROWS
+    if on_driver:
+        overwrite_from_driver(tables.attributes, out.toArrow(), user_metadata=source)
+    else:
+        with faults.commit_of(tables.attributes):
+            (
+                out.coalesce(1)
+                .write.format("delta")
+                .mode("overwrite")
+                .option("overwriteSchema", "true")
+                .option("userMetadata", source)
+                .save(tables.attributes)
+            )
     _, written_actions = add_actions(tables.attributes)
     return StepResult(
         used_spark=True,
         metadata={
-            "rows read": sum(a["num_records"] or 0 for a in read_actions),
+            "rows read": rows_read,
             "rows written": sum(a["num_records"] or 0 for a in written_actions),
+            "written by": "the driver (delta-rs)" if on_driver else "Spark",
             "as_of": as_of.isoformat(),
             "windows (days)": list(settings.attribute_windows_days),
             "configured attributes": [d.name for d in settings.attributes],

@@ -100,3 +100,127 @@ def test_the_steps_and_the_session_run_plan_under_the_decision(spark, tmp_path, 
     monkeypatch.setattr(checks, "duplicate_event_ids", lambda frame, days: Found())
     assert checks.duplicates_in_filtered_events(spark, tables, 1, driver_rows=-1) == []
     assert seen["duplicates check"] == "false"
+
+
+def test_a_driver_write_leaves_absent_tables_and_schema_changes_to_spark(spark, tmp_path):
+    """`replace_partitions_from_driver` writes only into an existing table with the same columns
+    (types cast to the table's), replacing exactly the named days; otherwise it writes nothing
+    and says so, for the Spark writer."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    from sessionize_assets.resources.delta import (
+        delta_version,
+        read_small_table,
+        replace_partitions_from_driver,
+    )
+
+    path = str(tmp_path / "daily")
+    days = [dt.date(2024, 3, 1), dt.date(2024, 3, 2)]
+    data = pa.table({"day": pa.array(days), "n": pa.array([1, 2], pa.int32())})
+    assert not replace_partitions_from_driver(path, data, "day", days)
+    assert delta_version(path) is None
+    spark.createDataFrame(
+        [(d, 10 + i) for i, d in enumerate(days)], "day date, n long"
+    ).write.format("delta").partitionBy("day").save(path)
+    assert not replace_partitions_from_driver(
+        path, data.append_column("extra", pa.array(["x", "y"])), "day", days
+    )
+    assert delta_version(path) == 0
+    # Only 03-02 is replaced (by a row of int32 cast to the table's long); 03-01 keeps its row.
+    assert replace_partitions_from_driver(path, data.slice(1), "day", days[1:])
+    assert sorted((r["day"], r["n"]) for r in read_small_table(path)) == [
+        (days[0], 10),
+        (days[1], 2),
+    ]
+    assert spark.read.format("delta").load(path).schema["n"].dataType.typeName() == "long"
+    # Driver commits keep Spark's checkpoint rhythm (every CHECKPOINT_INTERVAL versions), which
+    # Spark reads back; delta-rs alone would checkpoint every 100.
+    log = tmp_path / "daily" / "_delta_log"
+    while delta_version(path) < delta.CHECKPOINT_INTERVAL:
+        assert not list(log.glob("*.checkpoint.parquet"))
+        assert replace_partitions_from_driver(path, data.slice(1), "day", days[1:])
+    assert (log / f"{delta.CHECKPOINT_INTERVAL:020d}.checkpoint.parquet").exists()
+    assert spark.read.format("delta").load(path).count() == 2
+
+
+def test_a_merge_of_few_rows_on_the_driver_writes_what_spark_merge_writes(
+    spark, tmp_path, monkeypatch
+):
+    """`merge` through delta-rs (a small table and source) and through Spark's MERGE INTO (forced
+    with DRIVER_WRITE_ROWS below the sizes) leave the same rows: updates, deletes, inserts, and
+    neither a delete of an absent key nor a null `_delete` inserting a row."""
+    import datetime as dt
+
+    from sessionize_assets.resources.delta import merge, read_small_table
+
+    schema = "k string, v long, ts timestamp"
+    at = dt.datetime(2024, 3, 1, 12, tzinfo=dt.UTC)
+    before = [("a", 1, at), ("b", 2, at), ("c", 3, None)]
+    source = spark.createDataFrame(
+        [
+            ("a", 10, at, False),  # update
+            ("b", None, None, True),  # delete
+            ("d", 4, at, False),  # insert
+            ("e", None, None, True),  # delete of an absent key: nothing
+            ("f", 6, at, None),  # null `_delete`: neither insert nor delete
+        ],
+        f"{schema}, _delete boolean",
+    )
+    got = {}
+    for writer in ("driver", "spark"):
+        path = str(tmp_path / writer)
+        spark.createDataFrame(before, schema).write.format("delta").save(path)
+        if writer == "spark":
+            monkeypatch.setattr(delta, "DRIVER_WRITE_ROWS", -1)
+        merge(spark, path, source, "k", schema)
+        got[writer] = sorted((r["k"], r["v"], r["ts"]) for r in read_small_table(path))
+        commit = delta.delta_table(path).history(1)[0]
+        assert commit["operation"] == "MERGE", commit
+        assert str(commit.get("engineInfo")).startswith("delta-rs") == (writer == "driver")
+    assert got["driver"] == got["spark"] == [("a", 10, at), ("c", 3, None), ("d", 4, at)]
+
+
+def test_a_small_table_is_read_by_the_driver_with_the_rows_spark_reads(
+    spark, tmp_path, monkeypatch
+):
+    """`table_or_empty` reads a table of at most LOCAL_READ_ROWS rows with delta-rs into a
+    driver-local DataFrame (no Delta scan in its plan), pinned to the version it read; above the
+    limit Spark reads it. Same rows, types, nulls and maps either way."""
+    import datetime as dt
+
+    from sessionize_assets.resources.delta import read_pinned, table_or_empty
+
+    schema = "k string, n long, ts timestamp, m map<string,bigint>"
+    at = dt.datetime(2024, 3, 1, 12, tzinfo=dt.UTC)
+    path = str(tmp_path / "small")
+    assert table_or_empty(spark, path, schema).count() == 0  # absent: empty, with the schema
+    rows = [("a", 1, at, {"x": 1}), ("b", None, None, None), ("c", 3, at, {})]
+    spark.createDataFrame(rows, schema).write.format("delta").save(path)
+
+    def plain(df):
+        return sorted((r.k, r.n, r.ts, tuple(sorted((r.m or {}).items()))) for r in df.collect())
+
+    local = table_or_empty(spark, path, schema)
+    assert "Relation" not in local._jdf.queryExecution().optimizedPlan().toString().replace(
+        "LocalRelation", ""
+    )
+    # Pinned: a later write does not change the frame already read.
+    spark.createDataFrame([("d", 4, at, {})], schema).write.format("delta").mode("append").save(
+        path
+    )
+    assert plain(local) == plain(spark.read.format("delta").option("versionAsOf", 0).load(path))
+    assert (
+        local.schema.simpleString() == spark.read.format("delta").load(path).schema.simpleString()
+    )
+    # `read_pinned`: every column, in the table's order and with the types Spark reads.
+    pinned = read_pinned(spark, path, 0)
+    assert "LocalRelation" in pinned._jdf.queryExecution().optimizedPlan().toString()
+    assert pinned.schema.simpleString() == local.schema.simpleString()
+    assert plain(pinned) == plain(local)
+    monkeypatch.setattr(delta, "LOCAL_READ_ROWS", 3)  # the table now holds 4 rows
+    read = table_or_empty(spark, path, schema)
+    assert "LocalRelation" not in read._jdf.queryExecution().optimizedPlan().toString()
+    monkeypatch.undo()
+    assert plain(read) == plain(table_or_empty(spark, path, schema)) and len(plain(read)) == 4
