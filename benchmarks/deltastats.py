@@ -11,9 +11,23 @@ from typing import Any
 # operationMetrics keys (Spark's Delta writer) -> our names. WRITE / CTAS / REPLACE: numFiles,
 # numOutputRows, numOutputBytes; MERGE: numTargetRows*, numTargetFilesAdded/Removed; DELETE /
 # UPDATE / OPTIMIZE: numAddedFiles, numRemovedFiles, num*Bytes.
-ROWS_WRITTEN_KEYS = ("numOutputRows",)
-FILES_ADDED_KEYS = ("numFiles", "numAddedFiles", "numTargetFilesAdded")
-FILES_REMOVED_KEYS = ("numRemovedFiles", "numTargetFilesRemoved")
+# delta-rs (the small tables, and since session 24 the driver's writes of few rows): WRITE
+# num_added_rows, num_added_files, num_removed_files; MERGE num_target_rows_*,
+# num_target_files_added/removed (no byte counts).
+ROWS_WRITTEN_KEYS = ("numOutputRows", "num_added_rows")
+FILES_ADDED_KEYS = (
+    "numFiles",
+    "numAddedFiles",
+    "numTargetFilesAdded",
+    "num_added_files",
+    "num_target_files_added",
+)
+FILES_REMOVED_KEYS = (
+    "numRemovedFiles",
+    "numTargetFilesRemoved",
+    "num_removed_files",
+    "num_target_files_removed",
+)
 BYTES_ADDED_KEYS = ("numOutputBytes", "numAddedBytes", "numTargetBytesAdded")
 BYTES_REMOVED_KEYS = ("numRemovedBytes", "numTargetBytesRemoved")
 ROWS_CHANGED_KEYS = (
@@ -24,6 +38,10 @@ ROWS_CHANGED_KEYS = (
     "numDeletedRows",
     "numUpdatedRows",
     "numCopiedRows",
+    "num_target_rows_inserted",
+    "num_target_rows_updated",
+    "num_target_rows_deleted",
+    "num_target_rows_copied",
 )
 
 

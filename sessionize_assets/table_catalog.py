@@ -238,7 +238,8 @@ def catalog(settings: Settings | None = None) -> tuple[Table, ...]:
             _daily_aggregates_columns(settings),
             (aggregates.USER_IDENTIFIER, event),
             "the group-by of `core/aggregates.py` (a null user is one row per day); an event "
-            "day's rows are replaced (replaceWhere)",
+            "day's rows are replaced (replaceWhere; few rows: a delta-rs overwrite with that "
+            "predicate)",
             (event,),
             "asset `daily_aggregates` (`time_based/steps.py`)",
             "setting `attributes` adds one `attr_<name>` column per entry, before "

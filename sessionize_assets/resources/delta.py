@@ -3,9 +3,11 @@
 - delta-rs (no Spark) for the Delta log and the small state tables: versions, file statistics,
   a handful of bookkeeping rows. Sensors and planners use only these.
 - Spark for data: pinned-version reads, partition replacement, MERGE by key, overwrite.
-- The driver for small results of Spark: a MERGE into a table of at most DRIVER_WRITE_ROWS rows,
-  and the steps whose output the Delta log shows to be that small, collect the rows as Arrow and
-  commit them with delta-rs (a Spark write of a few rows costs several times more).
+- The driver for small results of Spark and small tables: a MERGE into a table of at most
+  DRIVER_WRITE_ROWS rows, and the steps whose output the Delta log shows to be that small,
+  collect the rows as Arrow and commit them with delta-rs; tables of at most LOCAL_READ_ROWS rows
+  are read with delta-rs into driver-local DataFrames (a Spark write or a first Spark read of a
+  table version costs several times more for a few rows).
 
 Nothing here knows a table of the project: callers pass locations (see `resources.tables`).
 """
@@ -13,6 +15,7 @@ Nothing here knows a table of the project: callers pass locations (see `resource
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -135,8 +138,8 @@ def schema_pairs(schema: str) -> list[tuple[str, str]]:
     """`"a string, b long, m map<string,bigint>"` -> [("a", "string"), ("b", "long"), ("m",
     "map<string,bigint>")]."""
     parts, depth, start = [], 0, 0
-    for i, char in enumerate(schema):  # split at the commas outside <...> (map<string,bigint>)
-        depth += {"<": 1, ">": -1}.get(char, 0)
+    for i, char in enumerate(schema):  # split at commas outside <...> and (...) (decimal(10,2))
+        depth += {"<": 1, "(": 1, ">": -1, ")": -1}.get(char, 0)
         if char == "," and depth == 0:
             parts.append(schema[start:i])
             start = i + 1
@@ -178,24 +181,28 @@ def table_or_empty(spark: SparkSession, path: str, schema: str) -> DataFrame:
 
 def read_pinned(spark: SparkSession, path: str, version: int) -> DataFrame:
     """The table at `version` (which must exist): driver-local up to LOCAL_READ_ROWS rows, with
-    every column in the table's order and the types Spark reads; else Spark's pinned read."""
+    every column in the table's order (`local_table`); else Spark's pinned read."""
     local = local_table(spark, delta_table(path, version))
     return local if local is not None else read_version(spark, path, version)
 
 
 def local_table(spark: SparkSession, table: Any, schema: str | None = None) -> DataFrame | None:
-    """The delta-rs `table`'s columns of `schema` (all, when None: the types follow from Arrow's)
-    as a driver-local DataFrame, when its live files hold at most LOCAL_READ_ROWS rows (None
-    otherwise, or when a column of `schema` is missing: Spark reads it then)."""
+    """The delta-rs `table`'s columns of `schema` (all, when None: the types follow from Arrow's,
+    which are Spark's for this project's tables; a `timestamp_ntz` would read as `timestamp`) as
+    a driver-local DataFrame, when its live files hold at most LOCAL_READ_ROWS rows (None
+    otherwise, when a file has no row count, when a column of `schema` is missing, or when
+    delta-rs cannot read the table: Spark reads it then)."""
     counts = pa.table(table.get_add_actions(flatten=True)).column("num_records").to_pylist()
     if any(n is None for n in counts) or sum(counts) > LOCAL_READ_ROWS:
         return None
-    if schema is None:
-        return spark.createDataFrame(table.to_pyarrow_table())
-    names = [c for c, _ in schema_pairs(schema)]
-    if not set(names) <= set(pa.schema(table.schema().to_arrow()).names):
+    names = [c for c, _ in schema_pairs(schema)] if schema is not None else None
+    if names is not None and not set(names) <= set(pa.schema(table.schema().to_arrow()).names):
         return None
-    return spark.createDataFrame(table.to_pyarrow_table(columns=names), schema=schema)
+    try:
+        data = table.to_pyarrow_table(columns=names)
+    except Exception:  # noqa: BLE001 - a table feature delta-rs cannot read: Spark reads it
+        return None
+    return spark.createDataFrame(data, schema=schema)
 
 
 # -------------------------------------------------------------------------- writes (Spark)
@@ -427,25 +434,57 @@ CHECKPOINT_INTERVAL = 10
 
 def _checkpoint_on_interval(path: str) -> None:
     """A checkpoint of the table at `path` when its version is a multiple of CHECKPOINT_INTERVAL
-    (after a driver commit; Spark's own commits checkpoint themselves)."""
-    table = delta_table(path)
-    if table is not None and table.version() > 0 and table.version() % CHECKPOINT_INTERVAL == 0:
-        table.create_checkpoint()
+    (after a driver commit; Spark's own commits checkpoint themselves). Best effort: the data is
+    committed, a failure is logged and readers replay the log from the previous checkpoint."""
+    try:
+        table = delta_table(path)
+        if table is not None and table.version() > 0 and table.version() % CHECKPOINT_INTERVAL == 0:
+            table.create_checkpoint()
+    except Exception as error:  # noqa: BLE001 - the data is committed; the next interval retries
+        logging.getLogger(__name__).warning("checkpoint of %s not written: %s", path, error)
 
 
 def _matching(data: pa.Table, path: str) -> pa.Table | None:
-    """`data` with the columns and types of the table at `path`, or None when the table is
-    absent or its columns differ (a schema change is the Spark writers' to make)."""
+    """`data` in the column order of the table at `path`, cast to its nullability, or None when
+    the table is absent or its columns or their types differ (a schema change, or a conversion
+    of values, is the Spark writers' to make or refuse)."""
     table = delta_table(path)
     if table is None:
         return None
     target = pa.schema(table.schema().to_arrow())
     if sorted(data.column_names) != sorted(target.names):
         return None
+    data = data.select(target.names)
+    if not all(_same_type(a.type, b.type) for a, b in zip(data.schema, target, strict=True)):
+        return None
     try:
-        return data.select(target.names).cast(target)
+        return data.cast(target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         return None
+
+
+def _same_type(kind: pa.DataType, other: pa.DataType) -> bool:
+    """The same type apart from nullability and the names of nested fields (what a cast to the
+    table's schema may change without converting a value; Spark's writer refuses the rest)."""
+    return _nullable_type(kind).equals(_nullable_type(other)) or (
+        _plain_names(_nullable_type(kind)).equals(_plain_names(_nullable_type(other)))
+    )
+
+
+def _plain_names(kind: pa.DataType) -> pa.DataType:
+    """`kind` with its map and list fields given Arrow's default names, recursively."""
+    if pa.types.is_struct(kind):
+        return pa.struct(
+            [
+                pa.field(f.name, _plain_names(f.type), True)
+                for f in (kind.field(i) for i in range(kind.num_fields))
+            ]
+        )
+    if pa.types.is_map(kind):
+        return pa.map_(_plain_names(kind.key_type), _plain_names(kind.item_type))
+    if pa.types.is_list(kind):
+        return pa.list_(_plain_names(kind.value_type))
+    return kind
 
 
 def replace_partitions_from_driver(
@@ -475,8 +514,11 @@ def merge_from_driver(path: str, source: DataFrame, key: str, columns: Sequence[
     `_delete`). Returns False without writing otherwise, or when the table's columns are not
     `columns`, for the Spark MERGE."""
     _, actions = add_actions(path)
-    if sum(a["num_records"] or 0 for a in actions) > DRIVER_WRITE_ROWS:
+    counts = [a["num_records"] for a in actions]
+    if any(n is None for n in counts) or sum(counts) > DRIVER_WRITE_ROWS:
         return False
+    # A source above the limit was computed for nothing; the callers' sources are built from
+    # results they keep (driver-local or persisted), so computing them twice costs little.
     data = source.select(*columns, "_delete").limit(DRIVER_WRITE_ROWS + 1).toArrow()
     if data.num_rows > DRIVER_WRITE_ROWS:
         return False
@@ -504,7 +546,9 @@ def merge_from_driver(path: str, source: DataFrame, key: str, columns: Sequence[
         )
 
     with faults.commit_of(path):
-        committed(write)
+        # No retry: a conflicting commit may have changed the rows this source was computed
+        # from; the error stops the run, as a conflict stops Spark's MERGE.
+        committed(write, attempts=1)
     _checkpoint_on_interval(path)
     return True
 

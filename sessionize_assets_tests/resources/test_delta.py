@@ -104,8 +104,9 @@ def test_the_steps_and_the_session_run_plan_under_the_decision(spark, tmp_path, 
 
 def test_a_driver_write_leaves_absent_tables_and_schema_changes_to_spark(spark, tmp_path):
     """`replace_partitions_from_driver` writes only into an existing table with the same columns
-    (types cast to the table's), replacing exactly the named days; otherwise it writes nothing
-    and says so, for the Spark writer."""
+    of the same types (nullability aside), replacing exactly the named days; otherwise (absent
+    table, another column, another type: a timestamp or an int32 where the table has a long)
+    it writes nothing and says so, for the Spark writer, which merges or refuses."""
     import datetime as dt
 
     import pyarrow as pa
@@ -118,7 +119,7 @@ def test_a_driver_write_leaves_absent_tables_and_schema_changes_to_spark(spark, 
 
     path = str(tmp_path / "daily")
     days = [dt.date(2024, 3, 1), dt.date(2024, 3, 2)]
-    data = pa.table({"day": pa.array(days), "n": pa.array([1, 2], pa.int32())})
+    data = pa.table({"day": pa.array(days), "n": pa.array([1, 2], pa.int64())})
     assert not replace_partitions_from_driver(path, data, "day", days)
     assert delta_version(path) is None
     spark.createDataFrame(
@@ -127,8 +128,11 @@ def test_a_driver_write_leaves_absent_tables_and_schema_changes_to_spark(spark, 
     assert not replace_partitions_from_driver(
         path, data.append_column("extra", pa.array(["x", "y"])), "day", days
     )
+    for kind in (pa.int32(), pa.timestamp("us", tz="UTC")):
+        other = data.set_column(1, "n", pa.array([1, 2], pa.int64()).cast(kind))
+        assert not replace_partitions_from_driver(path, other, "day", days)
     assert delta_version(path) == 0
-    # Only 03-02 is replaced (by a row of int32 cast to the table's long); 03-01 keeps its row.
+    # Only 03-02 is replaced; 03-01 keeps its row.
     assert replace_partitions_from_driver(path, data.slice(1), "day", days[1:])
     assert sorted((r["day"], r["n"]) for r in read_small_table(path)) == [
         (days[0], 10),
