@@ -12,9 +12,9 @@ from typing import Any
 # numOutputRows, numOutputBytes; MERGE: numTargetRows*, numTargetFilesAdded/Removed; DELETE /
 # UPDATE / OPTIMIZE: numAddedFiles, numRemovedFiles, num*Bytes.
 # delta-rs (the small tables, and since session 24 the driver's writes of few rows): WRITE
-# num_added_rows, num_added_files, num_removed_files; MERGE num_target_rows_*,
+# num_added_rows, num_added_files, num_removed_files; MERGE num_output_rows, num_target_rows_*,
 # num_target_files_added/removed (no byte counts).
-ROWS_WRITTEN_KEYS = ("numOutputRows", "num_added_rows")
+ROWS_WRITTEN_KEYS = ("numOutputRows", "num_added_rows", "num_output_rows")
 FILES_ADDED_KEYS = (
     "numFiles",
     "numAddedFiles",

@@ -199,10 +199,9 @@ def local_table(spark: SparkSession, table: Any, schema: str | None = None) -> D
     if names is not None and not set(names) <= set(pa.schema(table.schema().to_arrow()).names):
         return None
     try:
-        data = table.to_pyarrow_table(columns=names)
-    except Exception:  # noqa: BLE001 - a table feature delta-rs cannot read: Spark reads it
-        return None
-    return spark.createDataFrame(data, schema=schema)
+        return spark.createDataFrame(table.to_pyarrow_table(columns=names), schema=schema)
+    except Exception:  # noqa: BLE001 - a feature delta-rs cannot read, a column of another
+        return None  # type than `schema` says: Spark reads the table (and reports what is wrong)
 
 
 # -------------------------------------------------------------------------- writes (Spark)
@@ -446,10 +445,11 @@ def _checkpoint_on_interval(path: str) -> None:
 
 def _matching(data: pa.Table, path: str) -> pa.Table | None:
     """`data` in the column order of the table at `path`, cast to its nullability, or None when
-    the table is absent or its columns or their types differ (a schema change, or a conversion
-    of values, is the Spark writers' to make or refuse)."""
+    the table is absent, needs a writer feature (`plain_protocol`), or its columns or their
+    types differ (a schema change, or a conversion of values, is the Spark writers' to make or
+    refuse)."""
     table = delta_table(path)
-    if table is None:
+    if table is None or not plain_protocol(table):
         return None
     target = pa.schema(table.schema().to_arrow())
     if sorted(data.column_names) != sorted(target.names):
@@ -464,27 +464,18 @@ def _matching(data: pa.Table, path: str) -> pa.Table | None:
 
 
 def _same_type(kind: pa.DataType, other: pa.DataType) -> bool:
-    """The same type apart from nullability and the names of nested fields (what a cast to the
-    table's schema may change without converting a value; Spark's writer refuses the rest)."""
-    return _nullable_type(kind).equals(_nullable_type(other)) or (
-        _plain_names(_nullable_type(kind)).equals(_plain_names(_nullable_type(other)))
-    )
+    """The same type apart from nullability (what a cast to the table's schema may change
+    without converting a value; Spark's writer merges or refuses the rest). Arrow's equality
+    already ignores the names of list and map fields."""
+    return _nullable_type(kind).equals(_nullable_type(other))
 
 
-def _plain_names(kind: pa.DataType) -> pa.DataType:
-    """`kind` with its map and list fields given Arrow's default names, recursively."""
-    if pa.types.is_struct(kind):
-        return pa.struct(
-            [
-                pa.field(f.name, _plain_names(f.type), True)
-                for f in (kind.field(i) for i in range(kind.num_fields))
-            ]
-        )
-    if pa.types.is_map(kind):
-        return pa.map_(_plain_names(kind.key_type), _plain_names(kind.item_type))
-    if pa.types.is_list(kind):
-        return pa.list_(_plain_names(kind.value_type))
-    return kind
+def plain_protocol(table: Any) -> bool:
+    """True when the delta-rs `table` needs no writer feature beyond Delta's writer version 2
+    (this project's tables: deletion vectors and row tracking are off by default). A user's
+    `spark` setting can turn features on; Spark then writes the table, not the driver."""
+    protocol = table.protocol()
+    return protocol.min_writer_version <= 2 and not protocol.writer_features
 
 
 def replace_partitions_from_driver(
@@ -513,7 +504,10 @@ def merge_from_driver(path: str, source: DataFrame, key: str, columns: Sequence[
     (a `_delete` row removes its match; other matches are updated; the rest inserted unless
     `_delete`). Returns False without writing otherwise, or when the table's columns are not
     `columns`, for the Spark MERGE."""
-    _, actions = add_actions(path)
+    table = delta_table(path)
+    if table is None or not plain_protocol(table):
+        return False
+    actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
     counts = [a["num_records"] for a in actions]
     if any(n is None for n in counts) or sum(counts) > DRIVER_WRITE_ROWS:
         return False
@@ -546,8 +540,9 @@ def merge_from_driver(path: str, source: DataFrame, key: str, columns: Sequence[
         )
 
     with faults.commit_of(path):
-        # No retry: a conflicting commit may have changed the rows this source was computed
-        # from; the error stops the run, as a conflict stops Spark's MERGE.
+        # No retry here: delta-rs itself retries a commit whose conflict check passes; one it
+        # refuses may have changed the rows this source was computed from, and the error stops
+        # the run, as a conflict stops Spark's MERGE.
         committed(write, attempts=1)
     _checkpoint_on_interval(path)
     return True
@@ -569,13 +564,17 @@ def _nullable_field(field: pa.Field) -> pa.Field:
     return pa.field(field.name, _nullable_type(field.type), True)
 
 
-def overwrite_from_driver(path: str, data: pa.Table, user_metadata: str | None = None) -> None:
+def overwrite_from_driver(path: str, data: pa.Table, user_metadata: str | None = None) -> bool:
     """Replace the whole (unpartitioned) table at `path` with `data` through delta-rs, schema
     included (created when absent), recording `user_metadata` in the commit as Spark's
     `userMetadata` option does. Every column, map value and array element is nullable in the
-    table's schema, as in the tables Spark writes."""
+    table's schema, as in the tables Spark writes. False, without writing, when the table needs
+    a writer feature (`plain_protocol`), for the Spark writer."""
     from deltalake import CommitProperties, write_deltalake
 
+    existing = delta_table(path)
+    if existing is not None and not plain_protocol(existing):
+        return False
     data = data.cast(pa.schema([_nullable_field(f) for f in data.schema]))
 
     properties = (
@@ -594,6 +593,7 @@ def overwrite_from_driver(path: str, data: pa.Table, user_metadata: str | None =
             )
         )
     _checkpoint_on_interval(path)
+    return True
 
 
 # ------------------------------------------- SQL forms (the same over Spark Connect and locally)

@@ -654,12 +654,16 @@ def attributes_step(
     out = attrs.attributes(daily, as_of, settings.attribute_windows_days, settings.attributes)
     source = json.dumps({"daily_aggregates_version": version, "as_of": as_of.isoformat()})
     _, read_actions = add_actions(tables.daily_aggregates, version)
-    rows_read = sum(a["num_records"] or 0 for a in read_actions)
-    # At most one row per user of daily_aggregates: few rows are committed by the driver.
-    on_driver = rows_read <= DRIVER_WRITE_ROWS
-    if on_driver:
-        overwrite_from_driver(tables.attributes, out.toArrow(), user_metadata=source)
-    else:
+    counts = [a["num_records"] for a in read_actions]
+    rows_read = sum(n or 0 for n in counts)
+    # At most one row per user of daily_aggregates: few rows are committed by the driver (a file
+    # without a row count, statistics being off, leaves the size unknown: Spark writes).
+    on_driver = (
+        None not in counts
+        and rows_read <= DRIVER_WRITE_ROWS
+        and overwrite_from_driver(tables.attributes, out.toArrow(), user_metadata=source)
+    )
+    if not on_driver:
         with faults.commit_of(tables.attributes):
             (
                 out.coalesce(1)

@@ -26,6 +26,7 @@ import pytest
 
 from sessionize_assets.commands.sessions import verify_sessions
 from sessionize_assets.home import Home
+from sessionize_assets.resources import delta
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets_tests import reference_model as reference
 from sessionize_assets_tests.seeds import history_seeds, seed_id
@@ -119,13 +120,26 @@ def random_history(rng: random.Random, mode: str):
     return steps
 
 
+def on_spark(mode: str, seed: int) -> bool:
+    """Whether this history's session tables are read and written by Spark (else the driver)."""
+    return (seed + (mode == "gap")) % 2 == 1
+
+
 # Each history costs about five incremental runs: one fresh seed per mode per build (hypothesis
 # with one example always ran its simplest input, seed 0); SESSIONIZE_EQUIVALENCE_EXAMPLES asks
 # for more, SESSIONIZE_SEEDS replays given ones.
 @pytest.mark.parametrize("seed", history_seeds("sessions-equivalence"), ids=seed_id)
 @pytest.mark.parametrize("mode", ["id", "gap"])
-def test_caught_up_sessions_equal_a_full_recompute(spark, tmp_path_factory, mode, seed):
+def test_caught_up_sessions_equal_a_full_recompute(
+    spark, tmp_path_factory, monkeypatch, mode, seed
+):
     rng = random.Random(seed)
+    # These tables are small, so the driver reads and writes them with delta-rs
+    # (resources/delta.py); Spark does above the limits. Every build checks both: one mode on
+    # the driver, the other forced to Spark, swapped with the seed's parity.
+    if on_spark(mode, seed):
+        monkeypatch.setattr(delta, "DRIVER_WRITE_ROWS", -1)
+        monkeypatch.setattr(delta, "LOCAL_READ_ROWS", -1)
     home = tmp_path_factory.mktemp(f"equiv-{mode}") / "home"
     home.mkdir()
     s = make_settings(
@@ -169,6 +183,13 @@ def test_caught_up_sessions_equal_a_full_recompute(spark, tmp_path_factory, mode
     report = verify_sessions(lake, spark)
     assert report.compared["sessions"] > 0
     assert report.ok, "\n".join(report.lines())
+    # Which writer the history went through: its MERGEs into sessions say so.
+    writers = {
+        str(commit.get("engineInfo", "")).split(":")[0].split("/")[0]
+        for commit in delta.delta_table(Home(home).table("sessions")).history()
+        if commit.get("operation") == "MERGE"
+    }
+    assert writers == ({"Apache-Spark"} if on_spark(mode, seed) else {"delta-rs"}), writers
     # The independent oracle (issue 19): the same tables from scratch, in plain Python, out of the
     # rows the steps left in filtered_events (sessionize_assets_tests/reference_model.py).
     problems, _ = reference_differences(
