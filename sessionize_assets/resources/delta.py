@@ -201,7 +201,7 @@ def local_table(spark: SparkSession, table: Any, schema: str | None = None) -> D
     try:
         return spark.createDataFrame(table.to_pyarrow_table(columns=names), schema=schema)
     except Exception:  # noqa: BLE001 - a feature delta-rs cannot read, a column of another
-        return None  # type than `schema` says: Spark reads the table (and reports what is wrong)
+        return None  # type than `schema` says: Spark reads the table (its own columns and types)
 
 
 # -------------------------------------------------------------------------- writes (Spark)
