@@ -73,6 +73,13 @@ def add_actions(path: str, version: int | None = None) -> tuple[int | None, list
     return table.version(), pa.table(table.get_add_actions(flatten=True)).to_pylist()
 
 
+def live_rows(table: Any) -> int | None:
+    """The rows in the live files of the delta-rs `table`, from the Delta log; None when a file
+    has no row count (statistics off): the size is then unknown."""
+    counts = pa.table(table.get_add_actions(flatten=True)).column("num_records").to_pylist()
+    return None if any(n is None for n in counts) else sum(counts)
+
+
 def read_small_table(path: str, columns: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """A small state table's rows as dicts via delta-rs (for sensors: no Spark). [] when absent."""
     table = delta_table(path)
@@ -192,8 +199,8 @@ def local_table(spark: SparkSession, table: Any, schema: str | None = None) -> D
     a driver-local DataFrame, when its live files hold at most LOCAL_READ_ROWS rows (None
     otherwise, when a file has no row count, when a column of `schema` is missing, or when
     delta-rs cannot read the table: Spark reads it then)."""
-    counts = pa.table(table.get_add_actions(flatten=True)).column("num_records").to_pylist()
-    if any(n is None for n in counts) or sum(counts) > LOCAL_READ_ROWS:
+    rows = live_rows(table)
+    if rows is None or rows > LOCAL_READ_ROWS:
         return None
     names = [c for c, _ in schema_pairs(schema)] if schema is not None else None
     if names is not None and not set(names) <= set(pa.schema(table.schema().to_arrow()).names):
@@ -365,6 +372,12 @@ def append_at_version(table: Any, data: pa.Table) -> None:
         )
 
 
+def days_predicate(column: str, days: Iterable[dt.date]) -> str:
+    """delta-rs' predicate `column IN ('YYYY-MM-DD', …)` (`in_list` is Spark SQL's)."""
+    values = ", ".join(f"'{d.isoformat()}'" for d in sorted(set(days)))
+    return f"{column} IN ({values})"
+
+
 def replace_small(
     path: str,
     rows: Sequence[Mapping[str, Any]],
@@ -377,10 +390,7 @@ def replace_small(
     from deltalake import write_deltalake
 
     data = pa.Table.from_pylist([dict(r) for r in rows], schema=schema)
-    predicate = None
-    if column is not None:
-        values = ", ".join(f"'{d.isoformat()}'" for d in sorted(set(days)))
-        predicate = f"{column} IN ({values})"
+    predicate = days_predicate(column, days) if column is not None else None
 
     def write() -> None:
         if not exists(path):
@@ -443,12 +453,19 @@ def _checkpoint_on_interval(path: str) -> None:
         logging.getLogger(__name__).warning("checkpoint of %s not written: %s", path, error)
 
 
-def _matching(data: pa.Table, path: str) -> pa.Table | None:
-    """`data` in the column order of the table at `path`, cast to its nullability, or None when
+def _driver_commit(path: str, write: Callable[[], None], attempts: int = 8) -> None:
+    """One delta-rs commit of the driver's to the table at `path`: inside its fail points,
+    retried as `committed` does, then a checkpoint on Spark's interval."""
+    with faults.commit_of(path):
+        committed(write, attempts=attempts)
+    _checkpoint_on_interval(path)
+
+
+def _matching(data: pa.Table, table: Any) -> pa.Table | None:
+    """`data` in the column order of the delta-rs `table`, cast to its nullability, or None when
     the table is absent, needs a writer feature (`plain_protocol`), or its columns or their
     types differ (a schema change, or a conversion of values, is the Spark writers' to make or
     refuse)."""
-    table = delta_table(path)
     if table is None or not plain_protocol(table):
         return None
     target = pa.schema(table.schema().to_arrow())
@@ -487,14 +504,13 @@ def replace_partitions_from_driver(
     the caller's Spark write."""
     from deltalake import write_deltalake
 
-    matching = _matching(data, path)
+    matching = _matching(data, delta_table(path))
     if matching is None:
         return False
-    values = ", ".join(f"'{d.isoformat()}'" for d in sorted(set(days)))
-    predicate = f"{column} IN ({values})"
-    with faults.commit_of(path):
-        committed(lambda: write_deltalake(path, matching, mode="overwrite", predicate=predicate))
-    _checkpoint_on_interval(path)
+    predicate = days_predicate(column, days)
+    _driver_commit(
+        path, lambda: write_deltalake(path, matching, mode="overwrite", predicate=predicate)
+    )
     return True
 
 
@@ -507,16 +523,15 @@ def merge_from_driver(path: str, source: DataFrame, key: str, columns: Sequence[
     table = delta_table(path)
     if table is None or not plain_protocol(table):
         return False
-    actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
-    counts = [a["num_records"] for a in actions]
-    if any(n is None for n in counts) or sum(counts) > DRIVER_WRITE_ROWS:
+    rows = live_rows(table)
+    if rows is None or rows > DRIVER_WRITE_ROWS:
         return False
     # A source above the limit was computed for nothing; the callers' sources are built from
     # results they keep (driver-local or persisted), so computing them twice costs little.
     data = source.select(*columns, "_delete").limit(DRIVER_WRITE_ROWS + 1).toArrow()
     if data.num_rows > DRIVER_WRITE_ROWS:
         return False
-    matching = _matching(data.drop_columns(["_delete"]), path)
+    matching = _matching(data.drop_columns(["_delete"]), table)
     if matching is None:
         return False
     data = matching.append_column("_delete", data.column("_delete"))
@@ -539,12 +554,10 @@ def merge_from_driver(path: str, source: DataFrame, key: str, columns: Sequence[
             .execute()
         )
 
-    with faults.commit_of(path):
-        # No retry here: delta-rs itself retries a commit whose conflict check passes; one it
-        # refuses may have changed the rows this source was computed from, and the error stops
-        # the run, as a conflict stops Spark's MERGE.
-        committed(write, attempts=1)
-    _checkpoint_on_interval(path)
+    # No retry here: delta-rs itself retries a commit whose conflict check passes; one it
+    # refuses may have changed the rows this source was computed from, and the error stops the
+    # run, as a conflict stops Spark's MERGE.
+    _driver_commit(path, write, attempts=1)
     return True
 
 
@@ -582,17 +595,12 @@ def overwrite_from_driver(path: str, data: pa.Table, user_metadata: str | None =
         if user_metadata is not None
         else None
     )
-    with faults.commit_of(path):
-        committed(
-            lambda: write_deltalake(
-                path,
-                data,
-                mode="overwrite",
-                schema_mode="overwrite",
-                commit_properties=properties,
-            )
-        )
-    _checkpoint_on_interval(path)
+    _driver_commit(
+        path,
+        lambda: write_deltalake(
+            path, data, mode="overwrite", schema_mode="overwrite", commit_properties=properties
+        ),
+    )
     return True
 
 
