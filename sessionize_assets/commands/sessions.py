@@ -23,8 +23,8 @@ from sessionize_assets.core.maintenance import last_data_change
 from sessionize_assets.core.run_limits import RunLimits, caught_up, format_tstamp
 from sessionize_assets.resources.delta import (
     delta_version,
+    read_pinned,
     read_small_table,
-    read_version,
     recent_operations,
     table_or_empty,
 )
@@ -311,7 +311,9 @@ def verify_sessions(lake: LakeResource, spark: Any, limit: int = 20) -> VerifySe
     through = state.processed_through if state else None
     report.processed_through = through
     # What is waiting is said, so a branch that processed nothing never passes vacuously.
-    events = read_version(session, lake.table(FILTERED_EVENTS), version)
+    events = read_pinned(
+        session, lake.table(FILTERED_EVENTS), version, [settings.session_timestamp, "load_tstamp"]
+    )
     if settings.session_timestamp in events.columns:
         stamp = F.coalesce(F.col(settings.session_timestamp), F.col("load_tstamp"))
         waiting = events if through is None else events.where(stamp > F.lit(through))

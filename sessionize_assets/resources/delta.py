@@ -73,10 +73,26 @@ def add_actions(path: str, version: int | None = None) -> tuple[int | None, list
     return table.version(), pa.table(table.get_add_actions(flatten=True)).to_pylist()
 
 
-def live_rows(table: Any) -> int | None:
-    """The rows in the live files of the delta-rs `table`, from the Delta log; None when a file
-    has no row count (statistics off): the size is then unknown."""
-    counts = pa.table(table.get_add_actions(flatten=True)).column("num_records").to_pylist()
+# (partition column, days): the files of those partitions of a table only.
+Partitions = tuple[str, Iterable[dt.date]]
+
+
+def _day(value: Any) -> str | None:
+    """A date partition value of the Delta log (a date or its ISO text; None: null) as ISO text."""
+    return None if value is None else str(value)[:10]
+
+
+def live_rows(table: Any, partitions: Partitions | None = None) -> int | None:
+    """The rows in the live files of the delta-rs `table` (of `partitions` only, when given),
+    from the Delta log; None when a file has no row count (statistics off): the size is then
+    unknown."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    counts = actions.column("num_records").to_pylist()
+    if partitions is not None:
+        column, days = partitions
+        wanted = {d.isoformat() for d in days}
+        values = actions.column(f"partition.{column}").to_pylist()
+        counts = [n for n, v in zip(counts, values, strict=True) if _day(v) in wanted]
     return None if any(n is None for n in counts) else sum(counts)
 
 
@@ -186,29 +202,117 @@ def table_or_empty(spark: SparkSession, path: str, schema: str) -> DataFrame:
     return local if local is not None else read_version(spark, path, table.version())
 
 
-def read_pinned(spark: SparkSession, path: str, version: int) -> DataFrame:
-    """The table at `version` (which must exist): driver-local up to LOCAL_READ_ROWS rows, with
-    every column in the table's order (`local_table`); else Spark's pinned read."""
-    local = local_table(spark, delta_table(path, version))
+def read_pinned(
+    spark: SparkSession,
+    path: str,
+    version: int,
+    columns: Iterable[str] | None = None,
+    partitions: Partitions | None = None,
+) -> DataFrame:
+    """The table at `version` (which must exist), its `columns` (None: all) in the table's order,
+    the rows of `partitions` (None: all): driver-local when those rows are at most
+    LOCAL_READ_ROWS (`local_table`); else Spark's pinned read (every column, every row: the
+    caller filters and selects)."""
+    local = local_table(spark, delta_table(path, version), columns=columns, partitions=partitions)
     return local if local is not None else read_version(spark, path, version)
 
 
-def local_table(spark: SparkSession, table: Any, schema: str | None = None) -> DataFrame | None:
-    """The delta-rs `table`'s columns of `schema` (all, when None: the types follow from Arrow's,
-    which are Spark's for this project's tables; a `timestamp_ntz` would read as `timestamp`) as
-    a driver-local DataFrame, when its live files hold at most LOCAL_READ_ROWS rows (None
-    otherwise, when a file has no row count, when a column of `schema` is missing, or when
-    delta-rs cannot read the table: Spark reads it then)."""
-    rows = live_rows(table)
+def local_table(
+    spark: SparkSession,
+    table: Any,
+    schema: str | None = None,
+    *,
+    columns: Iterable[str] | None = None,
+    partitions: Partitions | None = None,
+) -> DataFrame | None:
+    """The delta-rs `table`'s columns of `schema` (else those of `columns` it has, else all, in
+    the table's order: the types follow from Arrow's, which are Spark's for this project's
+    tables; a `timestamp_ntz` would read as `timestamp`), the rows of `partitions` only when
+    given, as a driver-local DataFrame when those rows are at most LOCAL_READ_ROWS by the Delta
+    log (None otherwise, when a file has no row count, when a column of `schema` is missing, or
+    when delta-rs cannot read the table: Spark reads it then)."""
+    rows = live_rows(table, partitions)
     if rows is None or rows > LOCAL_READ_ROWS:
         return None
-    names = [c for c, _ in schema_pairs(schema)] if schema is not None else None
-    if names is not None and not set(names) <= set(pa.schema(table.schema().to_arrow()).names):
-        return None
+    available = pa.schema(table.schema().to_arrow()).names
+    if schema is not None:
+        names = [c for c, _ in schema_pairs(schema)]
+        if not set(names) <= set(available):
+            return None
+    else:
+        wanted = set(available if columns is None else columns)
+        names = [c for c in available if c in wanted]
+    filters = None
+    if partitions is not None:
+        column, days = partitions
+        filters = [(column, "in", sorted({d.isoformat() for d in days}))]
+        if not filters[0][2]:
+            return None  # no partition named: nothing to read locally (the caller's own case)
     try:
-        return spark.createDataFrame(table.to_pyarrow_table(columns=names), schema=schema)
+        data = table.to_pyarrow_table(columns=names, partitions=filters)
+        return spark.createDataFrame(data, schema=schema)
     except Exception:  # noqa: BLE001 - a feature delta-rs cannot read, a column of another
         return None  # type than `schema` says: Spark reads the table (its own columns and types)
+
+
+def local_changes(
+    spark: SparkSession,
+    path: str,
+    starting_version: int,
+    ending_version: int,
+    columns: Sequence[str],
+    limit: int | None = None,
+) -> DataFrame | None:
+    """The change data feed of versions `starting_version`..`ending_version` (`columns` and
+    `_change_type`) read by delta-rs into a driver-local DataFrame, when it holds at most
+    `limit` rows (default LOCAL_READ_ROWS). None otherwise, and on any error (a version no longer
+    in the log, a file vacuumed, a feature delta-rs cannot read): Spark's read then says what is
+    wrong."""
+    limit = LOCAL_READ_ROWS if limit is None else limit
+    table = delta_table(path)
+    if table is None or limit < 0:
+        return None
+    try:
+        stream = pa.RecordBatchReader.from_stream(
+            table.load_cdf(
+                starting_version=starting_version,
+                ending_version=ending_version,
+                columns=[*columns, "_change_type"],
+            )
+        )
+        batches, rows = [], 0
+        for batch in stream:
+            rows += batch.num_rows
+            if rows > limit:
+                return None
+            batches.append(batch)
+        data = pa.Table.from_batches(batches, schema=stream.schema)
+        return spark.createDataFrame(data.cast(_without_views(data.schema)))
+    except Exception:  # noqa: BLE001 - Spark reads the feed and classifies the failure
+        return None
+
+
+def _without_views(schema: pa.Schema) -> pa.Schema:
+    """`schema` with Arrow's view types (delta-rs's feed reads strings as `string_view`, which
+    Spark does not take) as their plain types."""
+
+    def plain(kind: pa.DataType) -> pa.DataType:
+        if pa.types.is_string_view(kind):
+            return pa.string()
+        if pa.types.is_binary_view(kind):
+            return pa.binary()
+        if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            return pa.list_(kind.value_field.with_type(plain(kind.value_type)))
+        if pa.types.is_map(kind):
+            return pa.map_(
+                kind.key_field.with_type(plain(kind.key_type)),
+                kind.item_field.with_type(plain(kind.item_type)),
+            )
+        if pa.types.is_struct(kind):
+            return pa.struct([f.with_type(plain(f.type)) for f in kind.fields])
+        return kind
+
+    return pa.schema([f.with_type(plain(f.type)) for f in schema])
 
 
 # -------------------------------------------------------------------------- writes (Spark)

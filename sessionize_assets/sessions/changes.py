@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 from sessionize_assets.core import sessionize as core
 from sessionize_assets.core.clock import from_micros
 from sessionize_assets.core.run_limits import RunLimits
+from sessionize_assets.resources.delta import local_changes
 from sessionize_assets.sessions.frames import reason_counts, reasons_from, window_filter
 from sessionize_assets.settings import Settings
 
@@ -87,13 +88,16 @@ def read_changes(
     )
     try:
         if consumed_version is not None and version > consumed_version:
-            feed = (
-                spark.read.format("delta")
-                .option("readChangeFeed", "true")
-                .option("startingVersion", consumed_version + 1)
-                .option("endingVersion", version)
-                .load(path)
-            )
+            # A small feed is read by the driver (delta-rs); Spark reads the rest.
+            feed = local_changes(spark, path, consumed_version + 1, version, columns)
+            if feed is None:
+                feed = (
+                    spark.read.format("delta")
+                    .option("readChangeFeed", "true")
+                    .option("startingVersion", consumed_version + 1)
+                    .option("endingVersion", version)
+                    .load(path)
+                )
             sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
             signed = core.prepare_events(
                 feed.select(*columns, sign.alias("_sign")), settings, keep=["_sign"]

@@ -31,7 +31,7 @@ from sessionize_assets.resources import shared_reads
 from sessionize_assets.resources.delta import (
     data_skipping_when_it_pays,
     delta_version,
-    read_version,
+    read_pinned,
     table_or_empty,
 )
 from sessionize_assets.resources.tables import (
@@ -147,7 +147,7 @@ def _run_session_models(
     snapshot = shared_reads.table_at(
         fe_path,
         version,
-        lambda: read_version(spark, fe_path, version),
+        lambda: read_pinned(spark, fe_path, version, core.shared_columns(settings)),
         core.shared_columns(settings),
     )
     changes_by_version: dict[int | None, Changes] = {}

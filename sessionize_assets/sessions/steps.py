@@ -25,7 +25,7 @@ from sessionize_assets.resources.delta import (
     newest_value,
     nulls_for,
     overwrite,
-    read_version,
+    read_pinned,
     schema_pairs,
     table_or_empty,
 )
@@ -436,12 +436,14 @@ def next_data_after(
     `core.sessionize.prepare_events` takes it) at or before `upper`, none lies after it: no
     Spark query."""
     path = table_path(FILTERED_EVENTS)
-    if delta_version(path) is None:
+    version = delta_version(path)
+    if version is None:
         return None
     newest = newest_value(path, settings.session_timestamp, for_nulls="load_tstamp")
     if isinstance(newest, dt.datetime) and as_utc(newest) <= as_utc(upper):
         return None
-    prepared = core.usable(core.prepare_events(read_version(spark, path), settings), settings)
+    events = read_pinned(spark, path, version, core.shared_columns(settings))
+    prepared = core.usable(core.prepare_events(events, settings), settings)
     value = (
         prepared.filter(F.col(core.SESSION_TS) > F.lit(upper))
         .agg(F.min(core._micros(core.SESSION_TS)))

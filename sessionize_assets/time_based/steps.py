@@ -46,8 +46,10 @@ from sessionize_assets.resources.delta import (
     delta_table,
     delta_version,
     exists,
+    local_table,
     overwrite_from_driver,
     read_pinned,
+    read_version,
     replace_partitions,
     replace_partitions_from_driver,
     replace_small,
@@ -470,11 +472,31 @@ def _daily_aggregates(
     rows_counted = {d: rows_up_to_horizon(counts, d, horizons[d]) for d in days}
     files_read = 0
     if with_rows or existing:
+        # What this step and the session branch read: a third of the table's width.
+        columns = [
+            *agg.source_columns(settings.user_identifier, settings.attributes),
+            *core_sessions.shared_columns(settings),
+        ]
+        # The event days' rows: read by the driver when the Delta log counts few of them.
         source = (
-            spark.read.format("delta").option("versionAsOf", version).load(tables.filtered_events)
+            local_table(
+                spark,
+                delta_table(tables.filtered_events, version),
+                columns=columns,
+                partitions=(EVENT_DATE, with_rows or days),
+            )
             if version is not None
-            else _empty_filtered(spark)
+            else None
         )
+        result.metadata["event days read by"] = (
+            "the driver (delta-rs)" if source is not None else "Spark"
+        )
+        if source is None:
+            source = (
+                read_version(spark, tables.filtered_events, version)
+                if version is not None
+                else _empty_filtered(spark)
+            )
         horizon_df = spark.createDataFrame(
             [(d, horizons[d]) for d in with_rows],
             T.StructType(
@@ -492,11 +514,7 @@ def _daily_aggregates(
                 tables.filtered_events,
                 version,
                 with_rows,
-                # What this step and the session branch read: a third of the table's width.
-                [
-                    *agg.source_columns(settings.user_identifier, settings.attributes),
-                    *core_sessions.shared_columns(settings),
-                ],
+                columns,
             )
             if with_rows
             else (source.limit(0), False)

@@ -20,7 +20,9 @@ from sessionize_assets.commands.time_based import (
 from sessionize_assets.core import aggregates as agg
 from sessionize_assets.core import attributes as attrs
 from sessionize_assets.core.filtering import duplicate_event_ids
+from sessionize_assets.resources import delta
 from sessionize_assets.resources.delta import read_table
+from sessionize_assets.time_based import steps as time_based_steps
 from sessionize_assets.time_based.state import read_state
 from sessionize_assets.time_based.tables import TimeBasedTables
 from sessionize_assets_tests import reference_model as reference
@@ -233,25 +235,39 @@ RICH = (
 # The hand-written rich history in both policies, then fresh random histories (seeds.py: new
 # every run, in the test id, replayed with SESSIONIZE_SEEDS).
 @pytest.mark.parametrize(
-    ("history", "strict"),
+    ("history", "strict", "on_spark"),
     [
-        pytest.param(RICH, False, id="rich-loose"),
-        pytest.param(RICH, True, id="rich-strict"),
+        pytest.param(RICH, False, False, id="rich-loose"),
+        pytest.param(RICH, True, True, id="rich-strict-spark"),
         # Found by seed 4: the backfill's rewrite of load day 5 leaves load day 6's only row a
         # duplicate, so event day 6 is emptied and re-aggregated by a later run of the command
         # than day 4's (the blocking check must not count it early); then the run's redo of load
         # day 4 reaches 5, whose redo reaches 6 (the cascade must be followed to its end).
-        pytest.param(random_history(random.Random(4)), True, id="cascade-of-reached-load-days"),
+        pytest.param(
+            random_history(random.Random(4)), True, False, id="cascade-of-reached-load-days"
+        ),
     ]
     + [
-        pytest.param(random_history(random.Random(seed)), seed % 2 == 0, id=seed_id(seed))
+        pytest.param(
+            random_history(random.Random(seed)),
+            seed % 2 == 0,
+            (seed // 2) % 2 == 1,
+            id=seed_id(seed),
+        )
         for seed in history_seeds("time-based-histories")
     ],
 )
 def test_accounting_invariant_and_full_recompute_after_random_histories(
-    spark, tmp_path_factory, history, strict
+    spark, tmp_path_factory, monkeypatch, history, strict, on_spark
 ):
     batches, backfill = history
+    # These histories are small: the driver reads filtered_events' event days and writes
+    # daily_aggregates and attributes (resources/delta.py). `on_spark` forces Spark for both,
+    # so the draws cover both readers and writers.
+    if on_spark:
+        monkeypatch.setattr(time_based_steps, "DRIVER_WRITE_ROWS", -1)
+        monkeypatch.setattr(delta, "DRIVER_WRITE_ROWS", -1)
+        monkeypatch.setattr(delta, "LOCAL_READ_ROWS", -1)
     limits = (
         {"min_rows_to_process": 1, "reprocess_days": 3}
         if strict
@@ -326,6 +342,17 @@ def test_accounting_invariant_and_full_recompute_after_random_histories(
     # plain Python, out of the raw rows landed (sessionize_assets_tests/reference_model.py).
     problems = reference_differences(lake, raw, manifest, strict)
     assert not problems, "\n".join(problems)
+    # Which reader read the event days, as each daily_aggregates materialization records it.
+    readers = {
+        r.asset_materialization.metadata["event days read by"].value
+        for r in instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=AssetKey("daily_aggregates")), limit=1000
+        ).records
+        if "event days read by" in r.asset_materialization.metadata
+    }
+    assert readers == (
+        set() if aggregated is None else {"Spark" if on_spark else "the driver (delta-rs)"}
+    )
 
 
 def decision_differences(lake, raw: list[dict], manifest: dict) -> list[str]:

@@ -258,3 +258,100 @@ def test_the_driver_writes_only_into_columns_of_the_same_type():
     assert _same_type(
         pa.struct([pa.field("ts", utc, False)]), pa.struct([pa.field("ts", utc, True)])
     ) and not _same_type(pa.struct([pa.field("ts", utc)]), pa.struct([pa.field("at", utc)]))
+
+
+def test_event_days_of_a_partitioned_table_are_read_by_the_driver_as_spark_reads_them(
+    spark, tmp_path, monkeypatch
+):
+    """`read_pinned` with columns and partitions: the named columns in the table's order, the
+    rows of the named days only (the Delta log counts their rows, not the table's), as Spark's
+    filtered read gives them; above the limit for those days, Spark's read of the whole table."""
+    import datetime as dt
+
+    from sessionize_assets.resources.delta import delta_table, live_rows, read_pinned
+
+    day = dt.date(2024, 3, 1)
+    at = dt.datetime(2024, 3, 1, 12, tzinfo=dt.UTC)
+    path = str(tmp_path / "by_day")
+    schema = "event_id string, ts timestamp, load_date date, n long, event_date date"
+    rows = [
+        ("a", at, day, 1, day),
+        ("b", None, day, None, day + dt.timedelta(days=1)),
+        ("c", at, day + dt.timedelta(days=1), 3, day + dt.timedelta(days=1)),
+        ("d", at, day, 4, day + dt.timedelta(days=2)),
+        ("e", at, day, 5, None),  # a null partition is never one of the named days
+    ]
+    df = spark.createDataFrame(rows, schema)
+    df.write.format("delta").partitionBy("load_date", "event_date").save(path)
+    days = [day + dt.timedelta(days=1), day + dt.timedelta(days=2)]
+    table = delta_table(path, 0)
+    assert live_rows(table) == 5 and live_rows(table, ("event_date", days)) == 3
+    assert live_rows(table, ("event_date", [])) == 0
+
+    local = read_pinned(spark, path, 0, ["event_date", "event_id", "ts"], ("event_date", days))
+    assert "LocalRelation" in local._jdf.queryExecution().optimizedPlan().toString()
+    expected = (
+        spark.read.format("delta")
+        .load(path)
+        .filter(F.col("event_date").isin(days))
+        .select("event_id", "ts", "event_date")
+    )
+    assert local.columns == ["event_id", "ts", "event_date"]
+    assert local.schema.simpleString() == expected.schema.simpleString()
+    assert sorted(local.collect()) == sorted(expected.collect())
+
+    monkeypatch.setattr(delta, "LOCAL_READ_ROWS", 2)  # the two days hold 3 rows
+    read = read_pinned(spark, path, 0, ["event_id"], ("event_date", days))
+    assert "LocalRelation" not in read._jdf.queryExecution().optimizedPlan().toString()
+    assert read.count() == 5  # Spark's read: every row, the caller filters
+
+
+def test_a_small_change_feed_is_read_by_the_driver_as_spark_reads_it(spark, tmp_path, monkeypatch):
+    """`local_changes`: the change data feed of a version range read by delta-rs holds the rows
+    and change types Spark's feed holds, after an append, a partition replacement (replaceWhere:
+    deletes and inserts), a MERGE (updates, deletes) and an overwrite; beyond its row limit, or
+    from a version the log does not hold, it leaves the read to Spark (None)."""
+    import datetime as dt
+
+    from sessionize_assets.resources.delta import local_changes
+
+    day = dt.date(2024, 3, 1)
+    path = str(tmp_path / "feed")
+    schema = "k string, n long, d date"
+    spark.createDataFrame([("a", 1, day), ("b", 2, day)], schema).write.format("delta").option(
+        "delta.enableChangeDataFeed", "true"
+    ).partitionBy("d").save(path)
+    spark.createDataFrame([("c", 3, day + dt.timedelta(days=1))], schema).write.format(
+        "delta"
+    ).mode("append").save(path)
+    spark.createDataFrame([("a", 10, day), ("z", 26, day)], schema).write.format("delta").mode(
+        "overwrite"
+    ).option("replaceWhere", f"d = DATE'{day}'").save(path)
+    spark.createDataFrame(
+        [("c", 30, day + dt.timedelta(days=1)), ("y", 25, day)], schema
+    ).createOrReplaceTempView("feed_source")
+    spark.sql(
+        f"MERGE INTO delta.`{path}` t USING feed_source s ON t.k = s.k "
+        "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+    )
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE k = 'z'")
+
+    def spark_feed(start, end):
+        feed = (
+            spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", start)
+            .option("endingVersion", end)
+            .load(path)
+        )
+        return sorted(tuple(r) for r in feed.select("k", "n", "d", "_change_type").collect())
+
+    for start, end in [(0, 4), (1, 1), (2, 2), (3, 4), (1, 4)]:
+        local = local_changes(spark, path, start, end, ["k", "n", "d"])
+        assert local is not None, (start, end)
+        assert "LocalRelation" in local._jdf.queryExecution().optimizedPlan().toString()
+        got = sorted(tuple(r) for r in local.select("k", "n", "d", "_change_type").collect())
+        assert got == spark_feed(start, end), (start, end)
+    assert local_changes(spark, path, 0, 4, ["k", "n", "d"], limit=3) is None
+    assert local_changes(spark, path, 7, 9, ["k", "n", "d"]) is None
+    assert local_changes(spark, str(tmp_path / "absent"), 0, 1, ["k"]) is None

@@ -581,6 +581,7 @@ def test_small_outputs_are_committed_by_the_driver_as_spark_would_write_them(
         )
         attributes = steps.attributes_step(spark, tables, lake.settings, day(7))
         assert daily.metadata["written by"] == attributes.metadata["written by"] == writer
+        assert daily.metadata["event days read by"] == writer
         got[writer] = (
             rows(lake, "daily_aggregates"),
             rows(lake, "attributes"),
