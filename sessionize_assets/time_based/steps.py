@@ -152,8 +152,15 @@ def _filtered_events(
     if events_version is None:
         raise RuntimeError(f"the events table at {tables.events} does not exist")
     # One version of `events` for every read below (the counts, the reach check and the write
-    # must see the same rows), at or after the fingerprints read above.
-    events = spark.read.format("delta").option("versionAsOf", events_version).load(tables.events)
+    # must see the same rows), at or after the fingerprints read above. Every read below is of
+    # the load days first..last: read by the driver when the Delta log counts few rows in them.
+    window_days = [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
+    events = local_table(
+        spark, delta_table(tables.events, events_version), partitions=(LOAD_DATE, window_days)
+    )
+    result.metadata["events read by"] = "the driver (delta-rs)" if events is not None else "Spark"
+    if events is None:
+        events = read_version(spark, tables.events, events_version)
     # Marking reads the keys of the load days and their look-back days once (two columns, one
     # shuffle); the ids that need a decision are kept (a few percent of the keys). The load days'
     # rows are then read by the counts and the write: kept at full width while they are small

@@ -342,16 +342,23 @@ def test_accounting_invariant_and_full_recompute_after_random_histories(
     # plain Python, out of the raw rows landed (sessionize_assets_tests/reference_model.py).
     problems = reference_differences(lake, raw, manifest, strict)
     assert not problems, "\n".join(problems)
-    # Which reader read the event days, as each daily_aggregates materialization records it.
-    readers = {
-        r.asset_materialization.metadata["event days read by"].value
-        for r in instance.fetch_materializations(
-            AssetRecordsFilter(asset_key=AssetKey("daily_aggregates")), limit=1000
+
+    # Which reader read `events` and filtered_events' event days, as each materialization of
+    # filtered_events and daily_aggregates records it.
+    def readers(asset: str, key: str) -> set[str]:
+        records = instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=AssetKey(asset)), limit=1000
         ).records
-        if "event days read by" in r.asset_materialization.metadata
-    }
-    assert readers == (
-        set() if aggregated is None else {"Spark" if on_spark else "the driver (delta-rs)"}
+        return {
+            r.asset_materialization.metadata[key].value
+            for r in records
+            if key in r.asset_materialization.metadata
+        }
+
+    reader = "Spark" if on_spark else "the driver (delta-rs)"
+    assert readers("filtered_events", "events read by") == {reader}
+    assert readers("daily_aggregates", "event days read by") == (
+        set() if aggregated is None else {reader}
     )
 
 
