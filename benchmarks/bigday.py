@@ -4,7 +4,7 @@
 
 `benchmarks.run --keep-work` leaves `homes/dNNN` (the history, its incremental day and its no-op
 run). This generates one more load day of `--events` events (the same profile, another seed, so
-its event ids are new) the day after the harness's last, then measures `load` + `run` of it on
+its event ids are new) the day after the home's last (the harness's, or an earlier bigday's), then measures `load` + `run` of it on
 that home the way the harness measures its incremental day (`benchmarks.measure`, the home's warm
 engine started first and timed apart). It writes `bigday-<UTC time>-<N>.json` to `--out`: the
 summary the harness reports per measurement, and the raw measurement. The tables are not compared
@@ -53,7 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     base = yaml.safe_load(configs[0].read_text())
     base.pop("spark", None)  # the event log is this measurement's own
     manifest = json.loads((work / "data" / "_manifest.json").read_text())
-    last = max(dt.date.fromisoformat(d) for d in _load_days(work / "data"))
+    # The day after the home's latest load day (a home a previous bigday extended included).
+    last = max(
+        dt.date.fromisoformat(d)
+        for d in [*_load_days(work / "data"), *_home_load_days(home / "warehouse" / "events")]
+    )
     day = last + dt.timedelta(days=1)
     data = work / f"bigday-{args.events}"
     print(f"generating load day {day}: {args.events} events ({args.profile}) into {data}")
@@ -110,6 +114,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def _load_days(data: Path) -> list[str]:
     return [p.name.split("=", 1)[1] for p in data.glob("load_date=*") if p.is_dir()]
+
+
+def _home_load_days(events: Path) -> list[str]:
+    """The load days of the home's `events` table (its partition values, from the Delta log)."""
+    from sessionize_assets.resources.delta import add_actions
+
+    _, actions = add_actions(str(events))
+    return sorted({str(a["partition.load_date"])[:10] for a in actions if a["partition.load_date"]})
 
 
 if __name__ == "__main__":

@@ -166,7 +166,9 @@ def _kill_while_locked(home: Path, log: Path, prefixes: tuple[str, ...]) -> list
     return sorted(_locked(manifest))
 
 
-def test_an_interrupted_backfill_resumes_at_its_first_unfinished_window(spark, tmp_path, capsys):
+def test_an_interrupted_backfill_resumes_at_its_first_unfinished_window(
+    spark, tmp_path, capsys, monkeypatch
+):
     """`sessionize backfill` runs its load days as cursor windows checkpointed in cursor_state;
     when a window fails, running the same backfill again starts at that window, and once it is
     done the checkpoint is cleared so the next backfill of the range redoes it all."""
@@ -245,3 +247,22 @@ def test_an_interrupted_backfill_resumes_at_its_first_unfinished_window(spark, t
     assert "Resuming" not in out
     assert "re-materialized for 2024-03-01..2024-03-02" in out, out
     assert read_cursor_state(cursor_table, one_window) == CursorState()
+
+    # Once the runs have taken everything (backfill_limit_days 2: a few runs), a run with
+    # nothing new launches no Dagster run, so it starts no Spark session.
+    from sessionize_assets.commands.context import CommandContext
+
+    for _ in range(6):
+        assert main([*now, "run"]) == 0
+        out = capsys.readouterr().out
+        if "Nothing to do" in out and "Session models: 0 run(s)" in out:
+            break
+    else:
+        pytest.fail(f"the runs never caught up:\n{out}")
+    with monkeypatch.context() as patched:
+        patched.setattr(
+            CommandContext, "spark", property(lambda _: pytest.fail("the no-op run started Spark"))
+        )
+        assert main([*now, "run"]) == 0
+    out = capsys.readouterr().out
+    assert "Nothing to do" in out and "Session models: 0 run(s)" in out, out

@@ -160,8 +160,10 @@ def run_sessions(
     (`core.run_limits.caught_up`: before the first run from the lake's state, then from each
     run's outcome).
 
-    `spark` is the SparkDeltaResource the runs use. Stops early when a run moves nothing but data
-    resumes later (a gap in the data longer than backfill_limit_days, as Snowplow) or fails.
+    `spark` is the SparkDeltaResource the runs use, or a function returning it (called only when a
+    run is needed: a command with nothing new starts no Spark). Stops early when a run moves
+    nothing but data resumes later (a gap in the data longer than backfill_limit_days, as
+    Snowplow) or fails.
     """
     report = RunSessionsReport()
     before = caught_up(lake.current_time(), lake_state(lake.settings, lake.table))
@@ -169,6 +171,8 @@ def run_sessions(
         report.nothing_new = before.message
         report.caught_up = True
         return report
+    if callable(spark) and not hasattr(spark, "get_session"):
+        spark = spark()
     materialize = SessionMaterializer(lake, spark, instance, tags)
     for _ in range(max_runs):
         done = materialize()

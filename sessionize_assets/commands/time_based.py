@@ -88,6 +88,7 @@ class _Runner:
         instance: DagsterInstance,
         tags: Mapping[str, str] | None = None,
         whole: bool = False,
+        start_spark: Callable[[], object] | None = None,
     ) -> None:
         from sessionize_assets.checks import build_checks
         from sessionize_assets.definitions import build_assets
@@ -108,6 +109,9 @@ class _Runner:
         # A refresh: each step's days in one run (not backfill_limit_days per run), so each table
         # changes in one commit and readers see the old table until then.
         self.whole = whole
+        # Called before each run (the command's session starts once, on the first): a command
+        # with nothing to do starts no Spark.
+        self.start_spark = start_spark
 
     def run(
         self,
@@ -122,6 +126,8 @@ class _Runner:
             tags |= {RANGE_START: first.isoformat(), RANGE_END: last.isoformat()}
         elif first is not None:
             partition_key = first.isoformat()
+        if self.start_spark is not None:
+            self.start_spark()
         result = materialize(
             self.assets,
             selection=list(selection),
@@ -230,17 +236,22 @@ class TimeBasedRunReport:
 
 
 def run_time_based(
-    lake: LakeResource, spark: SparkSession | None, instance: DagsterInstance
+    lake: LakeResource,
+    spark: SparkSession | None,
+    instance: DagsterInstance,
+    start_spark: Callable[[], object] | None = None,
 ) -> TimeBasedRunReport:
     """Process what is pending, as the sensors would, within the run limits: the pending load days
     in order (at most backfill_limit_days + 1), then the event days they decided, then attributes.
 
-    `spark` is the session the runs share (the assets get it through the `spark` resource).
+    `spark` is the session the runs share (the assets get it through the `spark` resource);
+    `start_spark`, when given instead, starts it before the first run (a run with nothing to do
+    starts none).
     """
     del spark  # the SparkDeltaResource reuses the process's active session
     settings, now = lake.settings, lake.current_time()
     definitions.refuse_changed(_tables(lake).definitions, settings)
-    runner = _Runner(lake, instance)
+    runner = _Runner(lake, instance, start_spark=start_spark)
     state = read_state(_tables(lake))
     pending = state.pending_load_days(settings.start_date)
     plan, _ = next_load_days(

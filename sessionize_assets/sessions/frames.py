@@ -23,9 +23,20 @@ from sessionize_assets.settings import Settings
 # Arrow): later plans stay small and never recompute their lineage. Bigger ones are persisted.
 LOCAL_ROWS = 20_000
 
-# Runs that take on at most this many rows use a small-query configuration: adaptive execution
-# submits every shuffle stage as its own job, which costs more than it saves on small inputs.
+# Runs that take on at most this many rows, over a filtered_events of at most this many rows, use
+# a small-query configuration: adaptive execution submits every shuffle stage as its own job,
+# which costs more than it saves on small inputs.
 SMALL_RUN_ROWS = 2_000_000
+
+
+def small_run(taken_rows: int, table_rows: int | None) -> bool:
+    """Whether a session run uses the small-query configuration: it takes on at most
+    SMALL_RUN_ROWS rows (window and change feed) and the table its reads scan, filtered_events
+    (`table_rows` from the Delta log; None: unknown), holds at most as many. The reads of the
+    touched sessions' events filter filtered_events with a large expression (a time range and up
+    to 100 users per span): interpreted, over 6 million rows, it cost the headline's session run
+    about 30 s more than with generated code (docs/benchmarks.md, "Session 25")."""
+    return taken_rows <= SMALL_RUN_ROWS and table_rows is not None and table_rows <= SMALL_RUN_ROWS
 
 
 def localize(spark: SparkSession, df: DataFrame, limit: int = LOCAL_ROWS) -> DataFrame:

@@ -30,7 +30,9 @@ from sessionize_assets.errors import SettingsError
 from sessionize_assets.resources import shared_reads
 from sessionize_assets.resources.delta import (
     data_skipping_when_it_pays,
+    delta_table,
     delta_version,
+    live_rows,
     read_pinned,
     table_or_empty,
 )
@@ -41,7 +43,7 @@ from sessionize_assets.resources.tables import (
     SESSIONS_LIFECYCLE_MANIFEST,
 )
 from sessionize_assets.sessions.changes import Changes, FeedGone, read_changes
-from sessionize_assets.sessions.frames import SMALL_RUN_ROWS, add_counts, small_query_conf
+from sessionize_assets.sessions.frames import add_counts, small_query_conf, small_run
 from sessionize_assets.sessions.modes import mode_for
 from sessionize_assets.sessions.outcome import ModelOutcome, SessionModelError, SessionRunOutcome
 from sessionize_assets.sessions.state import (
@@ -150,6 +152,7 @@ def _run_session_models(
         lambda: read_pinned(spark, fe_path, version, core.shared_columns(settings)),
         core.shared_columns(settings),
     )
+    table_rows = live_rows(delta_table(fe_path, version))  # what the reads below scan at most
     changes_by_version: dict[int | None, Changes] = {}
     sessions_users: DataFrame | None = None
     failed: str | None = None
@@ -225,7 +228,7 @@ def _run_session_models(
                     outcome.no_data = True
                     continue
                 add_counts(outcome.excluded, changes.excluded)
-                small = changes.window_rows + changes.feed_rows <= SMALL_RUN_ROWS
+                small = small_run(changes.window_rows + changes.feed_rows, table_rows)
                 with small_query_conf(spark, small):
                     if model == SESSIONS:
                         sessions_users = process_sessions(

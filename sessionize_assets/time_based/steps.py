@@ -691,7 +691,9 @@ def attributes_step(
     if not on_driver:
         with faults.commit_of(tables.attributes):
             (
-                out.coalesce(1)
+                # One file, but computed in parallel: coalesce(1) would run the aggregation's
+                # last stage in a single task (docs/benchmarks.md, "Session 25").
+                out.repartition(1)
                 .write.format("delta")
                 .mode("overwrite")
                 .option("overwriteSchema", "true")

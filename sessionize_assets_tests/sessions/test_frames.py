@@ -32,3 +32,12 @@ def test_a_large_run_keeps_the_session_settings(spark) -> None:
         assert {k: spark.conf.get(k) for k in KEYS} == before
         nodes = _grouped(spark)
     assert ("WholeStageCodegenExec" in nodes) == (before["spark.sql.codegen.wholeStage"] == "true")
+
+
+def test_a_run_is_small_only_when_what_it_takes_and_what_it_scans_are_small():
+    from sessionize_assets.sessions.frames import SMALL_RUN_ROWS, small_run
+
+    assert small_run(10, 1_000) and small_run(SMALL_RUN_ROWS, SMALL_RUN_ROWS)
+    assert not small_run(SMALL_RUN_ROWS + 1, 1_000)  # takes on many rows
+    assert not small_run(10, SMALL_RUN_ROWS + 1)  # few rows, but reads scan a large table
+    assert not small_run(10, None)  # a file without a row count: the size is unknown
