@@ -259,10 +259,13 @@ def test_an_interrupted_backfill_resumes_at_its_first_unfinished_window(
             break
     else:
         pytest.fail(f"the runs never caught up:\n{out}")
+
+    def no_spark(*_args, **_kwargs):
+        pytest.fail("the no-op run started Spark")
+
     with monkeypatch.context() as patched:
-        patched.setattr(
-            CommandContext, "spark", property(lambda _: pytest.fail("the no-op run started Spark"))
-        )
+        patched.setattr(CommandContext, "spark", property(no_spark))
+        patched.setattr("sessionize_assets.resources.spark.get_spark", no_spark)
         assert main([*now, "run"]) == 0
     out = capsys.readouterr().out
     assert "Nothing to do" in out and "Session models: 0 run(s)" in out, out

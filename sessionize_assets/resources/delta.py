@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -73,8 +73,9 @@ def add_actions(path: str, version: int | None = None) -> tuple[int | None, list
     return table.version(), pa.table(table.get_add_actions(flatten=True)).to_pylist()
 
 
-# (partition column, days): the files of those partitions of a table only.
-Partitions = tuple[str, Iterable[dt.date]]
+# (partition column, days): the files of those partitions of a table only (a collection: read
+# twice, for the row count and for the read).
+Partitions = tuple[str, Collection[dt.date]]
 
 
 def _day(value: Any) -> str | None:

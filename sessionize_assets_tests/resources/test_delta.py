@@ -309,7 +309,7 @@ def test_event_days_of_a_partitioned_table_are_read_by_the_driver_as_spark_reads
 def test_a_small_change_feed_is_read_by_the_driver_as_spark_reads_it(spark, tmp_path, monkeypatch):
     """`local_changes`: the change data feed of a version range read by delta-rs holds the rows
     and change types Spark's feed holds, after an append, a partition replacement (replaceWhere:
-    deletes and inserts), a MERGE (updates, deletes) and an overwrite; beyond its row limit, or
+    deletes and inserts), a MERGE (updates and inserts) and a DELETE; beyond its row limit, or
     from a version the log does not hold, it leaves the read to Spark (None)."""
     import datetime as dt
 

@@ -28,6 +28,7 @@ from sessionize_assets.commands.sessions import verify_sessions
 from sessionize_assets.home import Home
 from sessionize_assets.resources import delta
 from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.sessions import changes as changes_module
 from sessionize_assets_tests import reference_model as reference
 from sessionize_assets_tests.seeds import history_seeds, seed_id
 from sessionize_assets_tests.sessions.support import (
@@ -140,6 +141,27 @@ def test_caught_up_sessions_equal_a_full_recompute(
     if on_spark(mode, seed):
         monkeypatch.setattr(delta, "DRIVER_WRITE_ROWS", -1)
         monkeypatch.setattr(delta, "LOCAL_READ_ROWS", -1)
+    # Which reader read filtered_events and its change feed (a failing local read falls back to
+    # Spark quietly; this says whether the driver's reads were taken).
+    local_reads: list[str] = []
+    read_locally = delta.local_table
+
+    def spied_table(spark_, table, *args, **kwargs):
+        frame = read_locally(spark_, table, *args, **kwargs)
+        if frame is not None and str(table.table_uri).rstrip("/").endswith("filtered_events"):
+            local_reads.append("filtered_events")
+        return frame
+
+    monkeypatch.setattr(delta, "local_table", spied_table)
+    read_feed_locally = changes_module.local_changes
+
+    def spied_feed(*args, **kwargs):
+        frame = read_feed_locally(*args, **kwargs)
+        if frame is not None:
+            local_reads.append("change feed")
+        return frame
+
+    monkeypatch.setattr(changes_module, "local_changes", spied_feed)
     home = tmp_path_factory.mktemp(f"equiv-{mode}") / "home"
     home.mkdir()
     s = make_settings(
@@ -178,6 +200,7 @@ def test_caught_up_sessions_equal_a_full_recompute(
         compared += compare_after_run(home, s, loaded, memory, seen, outcome, "while catching up")
     assert compared >= 3  # the two runs mid-history and the first catching up moved
     assert runs[-1].limits.reaches(FINAL_NOW) or not runs[-1].moved  # nothing newer waits
+    run_reads = set(local_reads)  # the runs' reads (verify below reads too)
     config = write_settings(home, s)
     lake = LakeResource(home=str(home), config_file=str(config), now=FINAL_NOW.isoformat())
     report = verify_sessions(lake, spark)
@@ -190,6 +213,10 @@ def test_caught_up_sessions_equal_a_full_recompute(
         if commit.get("operation") == "MERGE"
     }
     assert writers == ({"Apache-Spark"} if on_spark(mode, seed) else {"delta-rs"}), writers
+    # The readers: Spark's only when forced; else the driver read filtered_events and the feed.
+    assert run_reads == (set() if on_spark(mode, seed) else {"filtered_events", "change feed"}), (
+        local_reads
+    )
     # The independent oracle (issue 19): the same tables from scratch, in plain Python, out of the
     # rows the steps left in filtered_events (sessionize_assets_tests/reference_model.py).
     problems, _ = reference_differences(

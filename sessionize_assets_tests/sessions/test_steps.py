@@ -37,7 +37,7 @@ def test_where_data_resumes_needs_no_query_when_the_log_bounds_every_timestamp(
     def no_query(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         raise AssertionError("next_data_after read filtered_events")
 
-    monkeypatch.setattr(steps, "read_version", no_query)
+    monkeypatch.setattr(steps, "read_pinned", no_query)
     assert resumes("2024-03-02T09:30:01") is None
     assert resumes("2024-03-05T00:00:00") is None
     with pytest.raises(AssertionError, match="read filtered_events"):
