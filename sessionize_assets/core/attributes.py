@@ -89,10 +89,12 @@ def attributes(
             f"attribute name {clash[0]!r} is a built-in attributes column: choose another name"
         )
     rows = daily.filter(F.col(USER_IDENTIFIER).isNotNull() & (F.col(EVENT_DATE) <= F.lit(as_of)))
+    # daily_aggregates holds one row per (user, event day): a user's rows count their active days
+    # (count, not countDistinct, whose Expand would copy every row once per distinct aggregate).
     metrics = [
         F.sum("total_events").alias("total_events"),
         F.sum("page_views").alias("page_views"),
-        F.countDistinct(EVENT_DATE).alias("active_days"),
+        F.count(F.lit(1)).alias("active_days"),
         F.min("first_event_tstamp").alias("first_event_tstamp"),
         F.max("last_event_tstamp").alias("last_event_tstamp"),
     ]
@@ -105,20 +107,28 @@ def attributes(
             F.coalesce(F.sum(F.when(recent, F.col("page_views"))), F.lit(0)).alias(
                 f"page_views_last_{n}_days"
             ),
-            F.countDistinct(F.when(recent, F.col(EVENT_DATE))).alias(f"active_days_last_{n}_days"),
+            F.count(F.when(recent, F.lit(1))).alias(f"active_days_last_{n}_days"),
         ]
     metrics += [combine(d, as_of).alias(d.name) for d in definitions]
-    main = rows.groupBy(USER_IDENTIFIER).agg(*metrics)
-    counts = (
-        rows.select(USER_IDENTIFIER, F.explode(EVENT_COUNTS).alias("_name", "_rows"))
-        .groupBy(USER_IDENTIFIER, "_name")
-        .agg(F.sum("_rows").alias("_rows"))
-        .groupBy(USER_IDENTIFIER)
-        .agg(
-            F.map_from_entries(F.array_sort(F.collect_list(F.struct("_name", "_rows")))).alias(
-                EVENT_COUNTS
-            )
-        )
+    # The event counts in the same pass: each user's daily maps collected and added up key by key.
+    metrics.append(F.collect_list(EVENT_COUNTS).alias("_maps"))
+    out = (
+        rows.groupBy(USER_IDENTIFIER)
+        .agg(*metrics)
+        .withColumn(EVENT_COUNTS, summed_maps(F.col("_maps")))
+        .withColumn("as_of", F.lit(as_of))
     )
-    out = main.join(counts, on=USER_IDENTIFIER, how="left").withColumn("as_of", F.lit(as_of))
     return out.select(*attribute_columns(windows, definitions))
+
+
+def summed_maps(maps: Column) -> Column:
+    """The key-by-key sum of an array of `map<string, bigint>`, keys in order (null: no map)."""
+    empty = F.create_map().cast("map<string,bigint>")
+    total = F.aggregate(
+        maps,
+        empty,
+        lambda acc, m: F.map_zip_with(
+            acc, m, lambda _k, a, b: F.coalesce(a, F.lit(0)) + F.coalesce(b, F.lit(0))
+        ),
+    )
+    return F.when(F.size(maps) > 0, F.map_from_entries(F.array_sort(F.map_entries(total))))
