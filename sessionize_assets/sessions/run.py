@@ -242,11 +242,6 @@ def _run_session_models(
                             now,
                             outcome,
                         )
-                    elif sessions_users is not None and in_step(outcomes[SESSIONS], outcome):
-                        # A user-level model is computed from sessions alone: when it was in step
-                        # with sessions, only the users whose sessions this run replaced can change.
-                        users = sessions_users.select("user_identifier")
-                        process_user_model(spark, table_path, model, users, outcome)
                     else:
                         lifecycle = table_or_empty(
                             spark, table_path(SESSIONS_LIFECYCLE_MANIFEST), LIFECYCLE_SCHEMA
@@ -302,19 +297,6 @@ def _run_session_models(
         resumes_at=lambda: next_data_after(spark, table_path, settings, limits.upper_limit),
     )
     return run
-
-
-def in_step(sessions: ModelOutcome, model: ModelOutcome) -> bool:
-    """Whether a user-level model starts this run where sessions did (same consumed version and
-    last_success) and sessions were updated incrementally: then the users whose sessions this run
-    replaced are every user whose row can change."""
-    return (
-        sessions.ran
-        and sessions.full_rebuild_reason is None
-        and sessions.consumed_version_before is not None
-        and model.consumed_version_before == sessions.consumed_version_before
-        and model.last_success_before == sessions.last_success_before
-    )
 
 
 def _advance(outcome: ModelOutcome, processed: dt.datetime | None, version: int) -> None:
