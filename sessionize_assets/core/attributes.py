@@ -122,7 +122,9 @@ def attributes(
 
 
 def summed_maps(maps: Column) -> Column:
-    """The key-by-key sum of an array of `map<string, bigint>`, keys in order (null: no map)."""
+    """The key-by-key sum of an array of `map<string, bigint>`, keys in order (null: no map).
+    A key's null values count as 0 and an array of empty maps gives `{}`; daily_aggregates' maps
+    hold a count for every key and at least one key, so neither happens there."""
     empty = F.create_map().cast("map<string,bigint>")
     total = F.aggregate(
         maps,

@@ -246,6 +246,10 @@ def _run_session_models(
                         lifecycle = table_or_empty(
                             spark, table_path(SESSIONS_LIFECYCLE_MANIFEST), LIFECYCLE_SCHEMA
                         )
+                        # The change set's users too, not only those whose sessions this run
+                        # replaced: after a run stopped between its sessions commit and the
+                        # manifest, a session it deleted is no longer in the table, so its user
+                        # is in no replaced row, and only the change set still names them.
                         users = mode.affected_users(changes, lifecycle)
                         if sessions_users is not None:
                             users = users.unionByName(
