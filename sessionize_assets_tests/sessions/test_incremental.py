@@ -13,15 +13,18 @@ from sessionize_assets.commands.sessions import verify_sessions
 from sessionize_assets.core.run_limits import PackageState
 from sessionize_assets.home import Home
 from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets.resources.tables import FILTERED_EVENTS, USERS
+from sessionize_assets.resources.tables import FILTERED_EVENTS, SESSIONS, USERS
 from sessionize_assets.sessions.outcome import SessionModelError
 from sessionize_assets.sessions.state import current_limits, read_manifest
 from sessionize_assets_tests.plans import executed_nodes, metric
 from sessionize_assets_tests.sessions.support import (
+    delete_events,
     event,
     make_settings,
+    rows_of,
     run,
     run_until_caught_up,
+    table,
     utc,
     write_load_day,
     write_load_days,
@@ -409,3 +412,55 @@ def test_a_late_event_within_a_gap_of_two_chains_merges_them_both(spark, tmp_pat
         key=["session_identifier"],
     )
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("mode", ["id", "gap"])
+def test_a_run_stopped_after_its_sessions_commit_heals_users_on_the_next_run(
+    spark, tmp_path, monkeypatch, mode
+):
+    """A later run deletes sessions (user2's events are all gone, user1 loses one session) and
+    stops right after its sessions commit, before the lifecycle manifest, users and the
+    manifest: `sessions` no longer holds the deleted sessions, and the manifest still names the
+    previous run. The next run must still recompute user2 (now without sessions) and user1: a
+    user set taken only from the sessions this run replaces misses user2, whose session is
+    already gone."""
+    from sessionize_assets import faults
+
+    settings = make_settings(start_date=DAY0.isoformat(), session_mode=mode)
+    home = tmp_path / "home"
+    home.mkdir()
+    day1 = DAY0 + dt.timedelta(days=1)
+    write_load_day(spark, home, DAY0, daily_activity(DAY0))
+    run_until_caught_up(spark, home, settings, "2021-01-02T00:00:00")
+    users_before = {
+        r[0]: r[1] for r in rows_of(table(spark, home, USERS), "user_identifier", "sessions")
+    }
+    assert users_before == {"user0": 2, "user1": 2, "user2": 2}
+
+    write_load_day(
+        spark, home, day1, [r for r in daily_activity(day1) if r["domain_userid"] != "user2"]
+    )
+    delete_events(spark, home, f"domain_userid = 'user2' OR domain_sessionid = 'user1-{DAY0}-8'")
+    manifest_before = read_manifest(Home(home).table)
+
+    stopped = faults.point
+
+    def stop_after_sessions(name: str) -> None:
+        if name == f"after-commit:{SESSIONS}":
+            raise RuntimeError("stopped after the sessions commit")
+        stopped(name)
+
+    monkeypatch.setattr(faults, "point", stop_after_sessions)
+    with pytest.raises(SessionModelError):
+        run(spark, home, settings, "2021-01-03T00:00:00")
+    monkeypatch.setattr(faults, "point", stopped)
+    assert read_manifest(Home(home).table) == manifest_before  # the manifest names the old run
+    in_sessions = {r[0] for r in rows_of(table(spark, home, SESSIONS), "user_identifier")}
+    assert "user2" not in in_sessions  # the deletion is committed to sessions
+    assert dict(rows_of(table(spark, home, USERS), "user_identifier", "sessions")) == users_before
+
+    run_until_caught_up(spark, home, settings, "2021-01-03T00:00:00")
+    users_after = dict(rows_of(table(spark, home, USERS), "user_identifier", "sessions"))
+    assert users_after == {"user0": 4, "user1": 3}
+    report = verify_sessions(lake_for(home, settings, "2021-01-03T00:00:00"), spark)
+    assert report.ok, "\n".join(report.lines())
