@@ -1,5 +1,6 @@
 """Asset checks of the time-based branch: deduplication of filtered_events and the accounting
-invariant of daily_aggregates (SPEC section 5)."""
+invariant of daily_aggregates (SPEC section 5), with daily_aggregates' one row per (user, event
+day), which `attributes` relies on (it counts a user's rows as active days)."""
 
 # No `from __future__ import annotations`: Dagster reads the check's `context` annotation as a
 # class, not a string.
@@ -19,6 +20,7 @@ from dagster import (
 )
 from pyspark.sql import SparkSession
 
+from sessionize_assets.core.aggregates import USER_IDENTIFIER
 from sessionize_assets.core.filtering import (
     duplicate_copies,
     duplicate_event_ids,
@@ -164,10 +166,29 @@ def counted_per_event_day(tables: TimeBasedTables) -> dict:
     }
 
 
+def repeated_user_days(tables: TimeBasedTables) -> list[str]:
+    """The (user, event day) pairs daily_aggregates holds more than once (first examples, in
+    order; delta-rs and Arrow, no Spark). A null user is one user: its rows are one row too."""
+    table = delta_table(tables.daily_aggregates)
+    if table is None:
+        return []
+    rows = table.to_pyarrow_table(columns=[USER_IDENTIFIER, EVENT_DATE])
+    counts = rows.group_by([USER_IDENTIFIER, EVENT_DATE]).aggregate([([], "count_all")])
+    repeated = counts.filter(pc.greater(counts["count_all"], 1)).to_pylist()
+    repeated.sort(key=lambda r: (r[EVENT_DATE], r[USER_IDENTIFIER] is None, r[USER_IDENTIFIER]))
+    return [
+        f"user {r[USER_IDENTIFIER]} has {r['count_all']} rows on event day {r[EVENT_DATE]}"
+        for r in repeated[:EXAMPLES]
+    ]
+
+
 def accounting_invariant(tables: TimeBasedTables) -> list[str]:
-    """Per event day: rows in filtered_events = rows counted into daily_aggregates + pending."""
+    """Per event day: rows in filtered_events = rows counted into daily_aggregates + pending;
+    and one daily_aggregates row per (user, event day)."""
     _, counts = partition_counts(tables.filtered_events)
-    return accounting_differences(counts, counted_per_event_day(tables))
+    return accounting_differences(counts, counted_per_event_day(tables)) + repeated_user_days(
+        tables
+    )
 
 
 def run_load_days(context: AssetCheckExecutionContext) -> tuple[dt.date, dt.date] | None:
@@ -225,8 +246,9 @@ def build_checks(settings: Settings) -> list[AssetChecksDefinition]:
         description=(
             "For every event day: rows in filtered_events = rows counted into daily_aggregates "
             "+ pending rows (loaded after its horizon), except days awaiting re-aggregation by "
-            "a later run. Blocking: a run whose daily_aggregates break it fails before anything "
-            "downstream reads them."
+            "a later run; and daily_aggregates holds one row per (user, event day), as "
+            "attributes' active days assume. Blocking: a run whose daily_aggregates break it "
+            "fails before anything downstream reads them."
         ),
         blocking=True,
     )
@@ -239,16 +261,18 @@ def build_checks(settings: Settings) -> list[AssetChecksDefinition]:
         _, counts = partition_counts(tables.filtered_events)
         counted = counted_per_event_day(tables)
         differences = accounting_differences(counts, counted, set(awaiting))
+        repeated = repeated_user_days(tables)
         pending: dict[str, int] = defaultdict(int)
         for (load_day, event_day), rows in counts.items():
             horizon = counted.get(event_day, (0, None))[1]
             if horizon is None or load_day > horizon:
                 pending[event_day.isoformat()] += rows
         return AssetCheckResult(
-            passed=not differences,
+            passed=not differences and not repeated,
             severity=AssetCheckSeverity.ERROR,
             metadata={
                 "differences": MetadataValue.json(differences[:EXAMPLES]),
+                "(user, event day) rows repeated (first examples)": MetadataValue.json(repeated),
                 "event days checked": MetadataValue.int(
                     len({d for (_, d) in counts} | set(counted))
                 ),

@@ -39,11 +39,14 @@ def write_filtered(path: str, rows: list[tuple[str, int, int]]) -> None:
     write_deltalake(path, table, partition_by=["load_date", "event_date"])
 
 
-def write_aggregates(path: str, rows: list[tuple[int, int, int]]) -> None:
-    """daily_aggregates rows (event day, total_events, horizon load day)."""
+def write_aggregates(
+    path: str, rows: list[tuple[int, int, int]], users: list[str | None] | None = None
+) -> None:
+    """daily_aggregates rows (event day, total_events, horizon load day); one user per row
+    unless `users` names them."""
     table = pa.table(
         {
-            "user_identifier": [f"u{i}" for i in range(len(rows))],
+            "user_identifier": users or [f"u{i}" for i in range(len(rows))],
             "event_date": [day(r[0]) for r in rows],
             "total_events": pa.array([r[1] for r in rows], pa.int64()),
             "_horizon_load_date": [day(r[2]) for r in rows],
@@ -108,6 +111,26 @@ def test_checks_pass_on_consistent_tables_and_name_what_is_wrong(spark, tmp_path
     assert accounting.metadata["pending rows per event day"].value == {
         "2024-03-01": 2 if broken else 1
     }
+
+
+def test_the_accounting_check_fails_on_a_user_counted_twice_on_an_event_day(spark, tmp_path):
+    """The counts add up, but one user has two rows on event day 1 (attributes would count two
+    active days): the blocking check fails and names the pair. A null user is one user too."""
+    home = tmp_path / "home"
+    home.mkdir()
+    tables = TimeBasedTables.at(lambda name: str(home / "warehouse" / name))
+    write_filtered(tables.filtered_events, [("a", 1, 1), ("b", 1, 1), ("c", 1, 1), ("d", 1, 3)])
+    write_aggregates(
+        tables.daily_aggregates,
+        [(1, 1, 1), (1, 1, 1), (1, 1, 1), (3, 1, 1)],
+        users=["u1", None, "u1", None],
+    )
+    accounting = run_checks(home)["accounting_invariant"]
+    assert not accounting.passed
+    assert accounting.metadata["differences"].value == []
+    assert accounting.metadata["(user, event day) rows repeated (first examples)"].value == [
+        "user u1 has 2 rows on event day 2024-03-01"
+    ]
 
 
 def test_the_duplicates_check_finds_the_same_copies_on_the_driver_as_in_spark(
