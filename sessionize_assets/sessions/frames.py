@@ -41,8 +41,10 @@ def small_run(taken_rows: int, table_rows: int | None) -> bool:
     return taken_rows <= SMALL_RUN_ROWS and table_rows is not None and table_rows <= SMALL_RUN_ROWS
 
 
-def localize(spark: SparkSession, df: DataFrame, limit: int = LOCAL_ROWS) -> DataFrame:
-    """`df` computed once: a local DataFrame when small, else persisted (unpersist when done)."""
+def localize(spark: SparkSession, df: DataFrame, limit: int | None = None) -> DataFrame:
+    """`df` computed once: a local DataFrame when it holds at most `limit` rows (default
+    LOCAL_ROWS), else persisted (unpersist when done)."""
+    limit = LOCAL_ROWS if limit is None else limit
     table = df.limit(limit + 1).toArrow()
     if table.num_rows <= limit:
         return spark.createDataFrame(table, schema=df.schema)

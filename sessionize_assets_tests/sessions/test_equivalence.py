@@ -29,6 +29,7 @@ from sessionize_assets.home import Home
 from sessionize_assets.resources import delta
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.sessions import changes as changes_module
+from sessionize_assets.sessions import frames
 from sessionize_assets_tests import reference_model as reference
 from sessionize_assets_tests.seeds import history_seeds, seed_id
 from sessionize_assets_tests.sessions.support import (
@@ -138,9 +139,12 @@ def test_caught_up_sessions_equal_a_full_recompute(
     # These tables are small, so the driver reads and writes them with delta-rs
     # (resources/delta.py); Spark does above the limits. Every build checks both: one mode on
     # the driver, the other forced to Spark, swapped with the seed's parity.
+    # With Spark, every intermediate result of the runs is persisted, as a large run's are
+    # (sessions/frames.py's localize), not collected to the driver.
     if on_spark(mode, seed):
         monkeypatch.setattr(delta, "DRIVER_WRITE_ROWS", -1)
         monkeypatch.setattr(delta, "LOCAL_READ_ROWS", -1)
+        monkeypatch.setattr(frames, "LOCAL_ROWS", -1)
     # Which reader read filtered_events and its change feed (a failing local read falls back to
     # Spark quietly; this says whether the driver's reads were taken).
     local_reads: list[str] = []

@@ -41,3 +41,13 @@ def test_a_run_is_small_only_when_what_it_takes_and_what_it_scans_are_small():
     assert not small_run(SMALL_RUN_ROWS + 1, 1_000)  # takes on many rows
     assert not small_run(10, SMALL_RUN_ROWS + 1)  # few rows, but reads scan a large table
     assert not small_run(10, None)  # a file without a row count: the size is unknown
+
+
+def test_localize_collects_a_small_result_and_persists_a_large_one(spark) -> None:
+    from sessionize_assets.sessions.frames import localize
+
+    small = localize(spark, spark.range(5), limit=5)
+    assert not small.is_cached and sorted(r.id for r in small.collect()) == [0, 1, 2, 3, 4]
+    large = localize(spark, spark.range(6), limit=5)
+    assert large.is_cached and large.count() == 6
+    large.unpersist()
