@@ -177,7 +177,8 @@ def repeated_user_days(tables: TimeBasedTables) -> list[str]:
     repeated = counts.filter(pc.greater(counts["count_all"], 1)).to_pylist()
     repeated.sort(key=lambda r: (r[EVENT_DATE], r[USER_IDENTIFIER] is None, r[USER_IDENTIFIER]))
     return [
-        f"user {r[USER_IDENTIFIER]} has {r['count_all']} rows on event day {r[EVENT_DATE]}"
+        f"user {'(null)' if r[USER_IDENTIFIER] is None else r[USER_IDENTIFIER]} has "
+        f"{r['count_all']} rows on event day {r[EVENT_DATE]}"
         for r in repeated[:EXAMPLES]
     ]
 

@@ -114,22 +114,27 @@ def test_checks_pass_on_consistent_tables_and_name_what_is_wrong(spark, tmp_path
 
 
 def test_the_accounting_check_fails_on_a_user_counted_twice_on_an_event_day(spark, tmp_path):
-    """The counts add up, but one user has two rows on event day 1 (attributes would count two
-    active days): the blocking check fails and names the pair. A null user is one user too."""
+    """The counts add up, but a user has two rows on event day 1 (attributes would count two
+    active days), and so does the null user on day 3: the blocking check fails and names both
+    pairs. One row per day of the same user on different days is no repeat."""
     home = tmp_path / "home"
     home.mkdir()
     tables = TimeBasedTables.at(lambda name: str(home / "warehouse" / name))
-    write_filtered(tables.filtered_events, [("a", 1, 1), ("b", 1, 1), ("c", 1, 1), ("d", 1, 3)])
+    write_filtered(
+        tables.filtered_events,
+        [("a", 1, 1), ("b", 1, 1), ("c", 1, 1), ("d", 1, 3), ("e", 1, 3), ("f", 1, 4)],
+    )
     write_aggregates(
         tables.daily_aggregates,
-        [(1, 1, 1), (1, 1, 1), (1, 1, 1), (3, 1, 1)],
-        users=["u1", None, "u1", None],
+        [(1, 1, 1), (1, 1, 1), (1, 1, 1), (3, 1, 1), (3, 1, 1), (4, 1, 1)],
+        users=["u1", None, "u1", None, None, "u1"],
     )
     accounting = run_checks(home)["accounting_invariant"]
     assert not accounting.passed
     assert accounting.metadata["differences"].value == []
     assert accounting.metadata["(user, event day) rows repeated (first examples)"].value == [
-        "user u1 has 2 rows on event day 2024-03-01"
+        "user u1 has 2 rows on event day 2024-03-01",
+        "user (null) has 2 rows on event day 2024-03-03",
     ]
 
 
