@@ -281,7 +281,7 @@ def build_checks(settings: Settings) -> list[AssetChecksDefinition]:
                     sum(pending.values())
                 ),
                 "pending rows per event day": MetadataValue.json(dict(sorted(pending.items()))),
-                "event days awaiting re-aggregation (not checked)": MetadataValue.json(
+                "event days awaiting re-aggregation (row counts not checked)": MetadataValue.json(
                     [d.isoformat() for d in awaiting]
                 ),
             },

@@ -349,6 +349,7 @@ def process_user_model(
     outcome.rows_written[f"{model} rows written"] = n - deleted
     outcome.rows_written[f"{model} rows deleted"] = deleted
     source.unpersist()
+    users.unpersist()
 
 
 # --- Full rebuilds ------------------------------------------------------------------------------

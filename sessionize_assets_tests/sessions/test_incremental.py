@@ -451,7 +451,7 @@ def test_a_run_stopped_after_its_sessions_commit_heals_users_on_the_next_run(
         stopped(name)
 
     monkeypatch.setattr(faults, "point", stop_after_sessions)
-    with pytest.raises(SessionModelError):
+    with pytest.raises(SessionModelError, match="stopped after the sessions commit"):
         run(spark, home, settings, "2021-01-03T00:00:00")
     monkeypatch.setattr(faults, "point", stopped)
     assert read_manifest(Home(home).table) == manifest_before  # the manifest names the old run
