@@ -9,6 +9,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import pyarrow as pa
 import pyarrow.compute as pc
 from dagster import (
     AssetCheckExecutionContext,
@@ -150,13 +151,21 @@ def _duplicates_in_spark(
     return [(r.event_id, r[LOAD_DATE], r.other_load_date) for r in rows]
 
 
-def counted_per_event_day(tables: TimeBasedTables) -> dict:
-    """{event day: (sum of total_events, horizon recorded)} from daily_aggregates (delta-rs, no
-    Spark: a few rows per event day)."""
+def daily_rows(tables: TimeBasedTables) -> pa.Table | None:
+    """The columns of daily_aggregates the accounting check needs, read once (delta-rs, no
+    Spark); None when the table does not exist yet."""
     table = delta_table(tables.daily_aggregates)
     if table is None:
+        return None
+    return table.to_pyarrow_table(
+        columns=[USER_IDENTIFIER, EVENT_DATE, "total_events", "_horizon_load_date"]
+    )
+
+
+def counted_per_event_day(rows: pa.Table | None) -> dict:
+    """{event day: (sum of total_events, horizon recorded)} from `daily_rows`."""
+    if rows is None:
         return {}
-    rows = table.to_pyarrow_table(columns=[EVENT_DATE, "total_events", "_horizon_load_date"])
     per_day = rows.group_by(EVENT_DATE).aggregate(
         [("total_events", "sum"), ("_horizon_load_date", "max")]
     )
@@ -166,13 +175,11 @@ def counted_per_event_day(tables: TimeBasedTables) -> dict:
     }
 
 
-def repeated_user_days(tables: TimeBasedTables) -> list[str]:
-    """The (user, event day) pairs daily_aggregates holds more than once (first examples, in
-    order; delta-rs and Arrow, no Spark). A null user is one user: its rows are one row too."""
-    table = delta_table(tables.daily_aggregates)
-    if table is None:
+def repeated_user_days(rows: pa.Table | None) -> list[str]:
+    """The (user, event day) pairs of `daily_rows` held more than once (first examples, in
+    order). A null user is one user: its rows are one row too."""
+    if rows is None:
         return []
-    rows = table.to_pyarrow_table(columns=[USER_IDENTIFIER, EVENT_DATE])
     counts = rows.group_by([USER_IDENTIFIER, EVENT_DATE]).aggregate([([], "count_all")])
     repeated = counts.filter(pc.greater(counts["count_all"], 1)).to_pylist()
     repeated.sort(key=lambda r: (r[EVENT_DATE], r[USER_IDENTIFIER] is None, r[USER_IDENTIFIER]))
@@ -187,9 +194,8 @@ def accounting_invariant(tables: TimeBasedTables) -> list[str]:
     """Per event day: rows in filtered_events = rows counted into daily_aggregates + pending;
     and one daily_aggregates row per (user, event day)."""
     _, counts = partition_counts(tables.filtered_events)
-    return accounting_differences(counts, counted_per_event_day(tables)) + repeated_user_days(
-        tables
-    )
+    rows = daily_rows(tables)
+    return accounting_differences(counts, counted_per_event_day(rows)) + repeated_user_days(rows)
 
 
 def run_load_days(context: AssetCheckExecutionContext) -> tuple[dt.date, dt.date] | None:
@@ -260,9 +266,10 @@ def build_checks(settings: Settings) -> list[AssetChecksDefinition]:
         # done, so the days awaiting re-aggregation are left out (delta-rs reads, no Spark).
         awaiting = sorted(read_state(tables).outstanding())
         _, counts = partition_counts(tables.filtered_events)
-        counted = counted_per_event_day(tables)
+        rows = daily_rows(tables)
+        counted = counted_per_event_day(rows)
         differences = accounting_differences(counts, counted, set(awaiting))
-        repeated = repeated_user_days(tables)
+        repeated = repeated_user_days(rows)
         pending: dict[str, int] = defaultdict(int)
         for (load_day, event_day), rows in counts.items():
             horizon = counted.get(event_day, (0, None))[1]

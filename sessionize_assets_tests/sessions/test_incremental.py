@@ -432,9 +432,7 @@ def test_a_run_stopped_after_its_sessions_commit_heals_users_on_the_next_run(
     day1 = DAY0 + dt.timedelta(days=1)
     write_load_day(spark, home, DAY0, daily_activity(DAY0))
     run_until_caught_up(spark, home, settings, "2021-01-02T00:00:00")
-    users_before = {
-        r[0]: r[1] for r in rows_of(table(spark, home, USERS), "user_identifier", "sessions")
-    }
+    users_before = dict(rows_of(table(spark, home, USERS), "user_identifier", "sessions"))
     assert users_before == {"user0": 2, "user1": 2, "user2": 2}
 
     write_load_day(
