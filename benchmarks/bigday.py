@@ -38,6 +38,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", choices=["off", "warm"], default="warm")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--timeout", type=float, default=5400)
+    parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for this measurement (repeatable; on the warm engine too)",
+    )
+    parser.add_argument(
+        "--keep-engine",
+        action="store_true",
+        help="leave the home's warm engine running (a next bigday then measures a warmed engine)",
+    )
     args = parser.parse_args(argv)
 
     work: Path = args.work
@@ -83,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         name,
         home,
         settings,
-        {},
+        dict(item.split("=", 1) for item in args.spark_conf),
         [
             common.load_step(now, [data / f"load_date={day.isoformat()}"]),
             common.step("run", now, "run"),
@@ -92,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         args.timeout,
         engine_event_log_dir=engine_log,
     )
-    if args.engine == "warm":
+    if args.engine == "warm" and not args.keep_engine:
         stop_engine(home)
     result = {
         "kind": "bigday",

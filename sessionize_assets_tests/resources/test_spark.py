@@ -18,6 +18,19 @@ def test_session_has_delta_utc_and_user_overrides(spark):
     assert conf["spark.databricks.delta.properties.defaults.enableDeletionVectors"] == "false"
 
 
+def test_the_driver_jvm_runs_the_throughput_collector_unless_the_user_names_options():
+    """The embedded engine and the warm engine's server both launch their JVM with
+    `spark.driver.extraJavaOptions`; a user's value replaces the default whole."""
+    from sessionize_assets.resources import engine
+
+    assert spark_conf()["spark.driver.extraJavaOptions"] == "-XX:+UseParallelGC"
+    command = engine._command(None, 15002)
+    assert "spark.driver.extraJavaOptions=-XX:+UseParallelGC" in command
+    mine = {"spark.driver.extraJavaOptions": "-XX:+UseSerialGC"}
+    assert spark_conf(mine)["spark.driver.extraJavaOptions"] == "-XX:+UseSerialGC"
+    assert "spark.driver.extraJavaOptions=-XX:+UseSerialGC" in engine._command(mine, 15002)
+
+
 def test_spark_written_table_reads_back_through_delta_rs(spark, tmp_path):
     path = str(tmp_path / "roundtrip")
     frame = spark.createDataFrame(
