@@ -29,7 +29,7 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.memory": "2g",
     # The throughput collector: Spark's batch work wants CPU, not short pauses. On a day of
-    # 200,000 events on the warm engine it took 9-12 % off the wall time and 12-15 % off the
+    # 200,000 events on the warm engine it took 9-12 % off the wall time and 11-15 % off the
     # JVM's CPU against G1 (Java 17's default), with a lower peak (docs/benchmarks.md, session 28).
     # A user's own `spark.driver.extraJavaOptions` replaces this one.
     "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
