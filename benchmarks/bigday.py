@@ -26,6 +26,15 @@ import yaml
 from benchmarks import common
 from benchmarks.run import stop_engine
 from sessionize_assets.generator import generate
+from sessionize_assets.resources import engine
+
+
+def _setting(item: str) -> tuple[str, str]:
+    """One `--spark-conf KEY=VALUE`, checked before anything is generated."""
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {item!r}")
+    return key.strip(), value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,8 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         "--spark-conf",
         action="append",
         default=[],
+        type=_setting,
         metavar="KEY=VALUE",
-        help="a Spark setting for this measurement (repeatable; on the warm engine too)",
+        help="a Spark setting for this measurement (repeatable); with --engine warm it reaches "
+        "the engine only when this measurement starts it (refused while the home's engine runs)",
     )
     parser.add_argument(
         "--keep-engine",
@@ -51,12 +62,23 @@ def main(argv: list[str] | None = None) -> int:
         help="leave the home's warm engine running (a next bigday then measures a warmed engine)",
     )
     args = parser.parse_args(argv)
+    if args.keep_engine and args.engine != "warm":
+        parser.error("--keep-engine needs --engine warm")
 
     work: Path = args.work
     homes = sorted(p for p in (work / "homes").glob("d[0-9][0-9][0-9]") if p.is_dir())
     home = work / "homes" / args.home if args.home else (homes[-1] if homes else None)
     if home is None or not home.is_dir():
         print(f"error: no kept benchmark home under {work / 'homes'}", file=sys.stderr)
+        return 2
+    running = engine.status(home).state == "running"
+    if running and (args.spark_conf or args.engine == "off"):
+        print(
+            f"error: the home's engine runs already (a --keep-engine run left it), so "
+            f"{'--spark-conf would not reach it' if args.spark_conf else '--engine off would share the machine with it'}; "
+            f"stop it first: python -m sessionize_assets.resources.engine stop --home {home}",
+            file=sys.stderr,
+        )
         return 2
     configs = sorted((work / "configs").glob(f"{home.name}-incremental.yaml"))
     if not configs:
@@ -95,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         name,
         home,
         settings,
-        dict(item.split("=", 1) for item in args.spark_conf),
+        dict(args.spark_conf),
         [
             common.load_step(now, [data / f"load_date={day.isoformat()}"]),
             common.step("run", now, "run"),
@@ -106,11 +128,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.engine == "warm" and not args.keep_engine:
         stop_engine(home)
+    elif args.keep_engine:
+        print(
+            "the engine keeps running; stop it with "
+            f"python -m sessionize_assets.resources.engine stop --home {home}"
+        )
     result = {
         "kind": "bigday",
         "created_at": dt.datetime.now(dt.UTC).isoformat(),
         "parameters": vars(args) | {"work": str(work), "out": str(args.out), "home": str(home)},
         "load_day": day.isoformat(),
+        # A warm engine that was running already (a --keep-engine run before this one).
+        "engine_reused": running,
         "generation_s": round(generation_s, 1),
         "summary": common.summarize_measurement(raw),
         "raw": raw,

@@ -4,6 +4,8 @@ Delta jars, then the user's `spark` setting (shared by `resources/spark.py` and
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Mapping
 
 from sessionize_assets.jars import delta_jar_paths
@@ -31,7 +33,8 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
     # The throughput collector: Spark's batch work wants CPU, not short pauses. On a day of
     # 200,000 events on the warm engine it took 9-12 % off the wall time and 11-15 % off the
     # JVM's CPU against G1 (Java 17's default), with a lower peak (docs/benchmarks.md, session 28).
-    # A user's own `spark.driver.extraJavaOptions` replaces this one.
+    # A user's own `spark.driver.extraJavaOptions` replaces this one; it is left out when the
+    # environment's JVM options name a collector (`collector_in_environment`).
     "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
     "spark.sql.sources.partitionOverwriteMode": "dynamic",
     "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
@@ -39,9 +42,25 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
 }
 
 
+# Variables the JVM reads its options from besides its command line.
+JVM_OPTION_VARIABLES = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")
+_COLLECTOR = re.compile(r"-XX:\+Use\w+GC\b")
+
+
+def collector_in_environment() -> str | None:
+    """The variable whose JVM options name a garbage collector, if one does: the JVM refuses to
+    start with two ("Multiple garbage collectors selected"), so the default's is left out."""
+    for variable in JVM_OPTION_VARIABLES:
+        if _COLLECTOR.search(os.environ.get(variable, "")):
+            return variable
+    return None
+
+
 def spark_conf(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
     """The effective Spark settings: defaults, the Delta jars, then the user's overrides."""
     conf = dict(DEFAULT_SPARK_CONF)
+    if collector_in_environment():
+        conf.pop("spark.driver.extraJavaOptions")
     jars = ",".join(str(p) for p in delta_jar_paths())
     conf["spark.jars"] = jars
     for key, value in (overrides or {}).items():

@@ -31,6 +31,18 @@ def test_the_driver_jvm_runs_the_throughput_collector_unless_the_user_names_opti
     assert "spark.driver.extraJavaOptions=-XX:+UseSerialGC" in engine._command(mine, 15002)
 
 
+def test_a_collector_named_in_the_environment_leaves_the_default_out(monkeypatch):
+    """Two collectors stop the JVM before it starts: the environment's wins."""
+    for variable in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-Xss4m")
+    assert spark_conf()["spark.driver.extraJavaOptions"] == "-XX:+UseParallelGC"
+    monkeypatch.setenv("JDK_JAVA_OPTIONS", "-Xss4m -XX:+UseSerialGC")
+    assert "spark.driver.extraJavaOptions" not in spark_conf()
+    mine = {"spark.driver.extraJavaOptions": "-Xss8m"}
+    assert spark_conf(mine)["spark.driver.extraJavaOptions"] == "-Xss8m"
+
+
 def test_spark_written_table_reads_back_through_delta_rs(spark, tmp_path):
     path = str(tmp_path / "roundtrip")
     frame = spark.createDataFrame(
