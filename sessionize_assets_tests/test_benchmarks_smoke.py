@@ -688,3 +688,39 @@ def test_small_runs_groups_executions_by_call_site_and_counts_their_jobs() -> No
             "job_seconds": 1.75,
         }
     ]
+
+
+def test_bigday_refuses_bad_options_before_generating(tmp_path: Path, capsys) -> None:
+    """A malformed --spark-conf or --keep-engine without the warm engine stops at parsing (a
+    1,000,000-event day is generated only after), and a kept engine gets settings only when
+    the measurement starts it."""
+    from benchmarks import bigday
+
+    for argv in (
+        ["--work", str(tmp_path), "--spark-conf", "no-equals-sign"],
+        ["--work", str(tmp_path), "--spark-conf", "=value"],
+        ["--work", str(tmp_path), "--engine", "off", "--keep-engine"],
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            bigday.main(argv)
+        assert exit_info.value.code == 2
+    assert "expected KEY=VALUE" in capsys.readouterr().err
+    assert not (tmp_path / "bigday-1000000").exists()
+    assert bigday._setting("spark.driver.extraJavaOptions=-Xss4m -Dx=y") == (
+        "spark.driver.extraJavaOptions",
+        "-Xss4m -Dx=y",
+    )
+
+
+def test_jvm_threads_groups_thread_names() -> None:
+    from benchmarks.jvm_threads import group_of, thread_times
+
+    assert group_of("C2 CompilerThre") == "C2 Compiler"
+    assert group_of("Executor task launch worker for task 3.0 in stage 7.0 (TID 12)") == (
+        "Executor task"
+    )
+    assert group_of("GC Thread#1") == "GC Thread"
+    assert group_of("G1 Conc#0") == "G1"
+    assert group_of("Sweeper thread") == "Sweeper thread"
+    mine = thread_times(str(os.getpid()))
+    assert mine and all(seconds >= 0 for _name, seconds in mine.values())
