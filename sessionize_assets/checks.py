@@ -264,12 +264,13 @@ def build_checks(settings: Settings) -> list[AssetChecksDefinition]:
         # A command's runs re-aggregate their event days one range after another: a day a later
         # run will redo (a rewritten load day took its rows away) holds only once that run is
         # done, so the days awaiting re-aggregation are left out (delta-rs reads, no Spark).
-        awaiting = sorted(read_state(tables).outstanding())
-        _, counts = partition_counts(tables.filtered_events)
-        rows = daily_rows(tables)
-        counted = counted_per_event_day(rows)
+        state = read_state(tables)
+        awaiting = sorted(state.outstanding())
+        counts = state.counts  # filtered_events' rows per (load day, event day), from its log
+        daily = daily_rows(tables)
+        counted = counted_per_event_day(daily)
         differences = accounting_differences(counts, counted, set(awaiting))
-        repeated = repeated_user_days(rows)
+        repeated = repeated_user_days(daily)
         pending: dict[str, int] = defaultdict(int)
         for (load_day, event_day), rows in counts.items():
             horizon = counted.get(event_day, (0, None))[1]

@@ -691,9 +691,9 @@ def test_small_runs_groups_executions_by_call_site_and_counts_their_jobs() -> No
 
 
 def test_bigday_refuses_bad_options_before_generating(tmp_path: Path, capsys) -> None:
-    """A malformed --spark-conf or --keep-engine without the warm engine stops at parsing (a
-    1,000,000-event day is generated only after), and a kept engine gets settings only when
-    the measurement starts it."""
+    """A malformed --spark-conf or --keep-engine without the warm engine stops at parsing,
+    before a day is generated. (The refusal of settings while a kept engine runs is not
+    covered: it needs a running engine.)"""
     from benchmarks import bigday
 
     for argv in (

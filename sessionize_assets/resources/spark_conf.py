@@ -34,7 +34,7 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
     # 200,000 events on the warm engine it took 9-12 % off the wall time and 11-15 % off the
     # JVM's CPU against G1 (Java 17's default), with a lower peak (docs/benchmarks.md, session 28).
     # A user's own `spark.driver.extraJavaOptions` replaces this one; it is left out when the
-    # environment's JVM options name a collector (`collector_in_environment`).
+    # environment's JVM options name a collector (`environment_names_a_collector`).
     "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
     "spark.sql.sources.partitionOverwriteMode": "dynamic",
     "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
@@ -47,19 +47,16 @@ JVM_OPTION_VARIABLES = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS"
 _COLLECTOR = re.compile(r"-XX:\+Use\w+GC\b")
 
 
-def collector_in_environment() -> str | None:
-    """The variable whose JVM options name a garbage collector, if one does: the JVM refuses to
+def environment_names_a_collector() -> bool:
+    """Whether the JVM options of the environment name a garbage collector: the JVM refuses to
     start with two ("Multiple garbage collectors selected"), so the default's is left out."""
-    for variable in JVM_OPTION_VARIABLES:
-        if _COLLECTOR.search(os.environ.get(variable, "")):
-            return variable
-    return None
+    return any(_COLLECTOR.search(os.environ.get(v, "")) for v in JVM_OPTION_VARIABLES)
 
 
 def spark_conf(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
     """The effective Spark settings: defaults, the Delta jars, then the user's overrides."""
     conf = dict(DEFAULT_SPARK_CONF)
-    if collector_in_environment():
+    if environment_names_a_collector():
         conf.pop("spark.driver.extraJavaOptions")
     jars = ",".join(str(p) for p in delta_jar_paths())
     conf["spark.jars"] = jars

@@ -7,6 +7,7 @@ from dagster_deltalake import DeltaTableResource, LocalConfig
 from sessionize_assets import jars
 from sessionize_assets.errors import MissingJarsError
 from sessionize_assets.resources.spark import spark_conf
+from sessionize_assets.resources.spark_conf import JVM_OPTION_VARIABLES
 
 
 def test_session_has_delta_utc_and_user_overrides(spark):
@@ -33,7 +34,7 @@ def test_the_driver_jvm_runs_the_throughput_collector_unless_the_user_names_opti
 
 def test_a_collector_named_in_the_environment_leaves_the_default_out(monkeypatch):
     """Two collectors stop the JVM before it starts: the environment's wins."""
-    for variable in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS"):
+    for variable in JVM_OPTION_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-Xss4m")
     assert spark_conf()["spark.driver.extraJavaOptions"] == "-XX:+UseParallelGC"
