@@ -724,3 +724,77 @@ def test_jvm_threads_groups_thread_names() -> None:
     assert group_of("Sweeper thread") == "Sweeper thread"
     mine = thread_times(str(os.getpid()))
     assert mine and all(seconds >= 0 for _name, seconds in mine.values())
+
+
+JFR_TEXT = """\
+jdk.ExecutionSample {
+  startTime = 14:20:15.551
+  sampledThread = "Executor task launch worker for task 1.0 in stage 2.0 (TID 3)" (javaThreadId = 7)
+  state = "STATE_RUNNABLE"
+  stackTrace = [
+    shaded.parquet.it.unimi.dsi.fastutil.objects.Object2IntLinkedOpenHashMap.getInt(Object) line: 1
+    org.apache.parquet.column.values.dictionary.DictionaryValuesWriter.writeBytes(Binary) line: 2
+    org.apache.spark.sql.execution.datasources.FileFormatWriter$.executeTask(Object) line: 3
+    ...
+  ]
+}
+
+jdk.ExecutionSample {
+  startTime = 14:20:15.561
+  sampledThread = "Executor task launch worker for task 2.0 in stage 2.0 (TID 4)" (javaThreadId = 8)
+  state = "STATE_RUNNABLE"
+  stackTrace = [
+    com.univocity.parsers.common.AbstractParser.parseLine(String) line: 1
+    org.apache.spark.sql.execution.columnar.DefaultCachedBatchSerializer$$anon$1.next() line: 2
+    org.apache.spark.scheduler.ResultTask.runTask(TaskContext) line: 3
+  ]
+}
+
+jdk.ExecutionSample {
+  startTime = 14:20:15.571
+  sampledThread = "Executor task launch worker for task 3.0 in stage 4.0 (TID 5)" (javaThreadId = 9)
+  state = "STATE_RUNNABLE"
+  stackTrace = [
+    org.apache.spark.unsafe.Platform.copyMemory(Object, long, Object, long, long) line: 1
+    org.apache.spark.sql.execution.columnar.compression.DictionaryEncoding$Encoder.gather() line: 2
+    org.apache.spark.scheduler.ShuffleMapTask.runTask(TaskContext) line: 3
+  ]
+}
+
+jdk.ExecutionSample {
+  startTime = 14:20:15.581
+  sampledThread = "grpc-default-executor-1" (javaThreadId = 10)
+  state = "STATE_RUNNABLE"
+  stackTrace = [
+    java.lang.Object.wait() line: 1
+  ]
+}
+"""
+
+
+def test_jfr_profile_counts_executor_samples_by_task_and_innermost_activity() -> None:
+    """Each sample goes to the activity of its innermost recognised frame: the CSV parse that
+    feeds a cache is parsing, the copy inside the cache's encoder is the cache; other threads
+    are counted by group only."""
+    from benchmarks.jfr_profile import samples, summarize
+
+    parsed = list(samples(JFR_TEXT.splitlines()))
+    assert [thread.split(" (")[0][:13] for thread, _ in parsed] == [
+        "Executor task",
+        "Executor task",
+        "Executor task",
+        "grpc-default-",
+    ]
+    assert parsed[0][1][1].endswith("DictionaryValuesWriter.writeBytes")
+    summary = summarize(parsed)
+    assert summary["samples"] == 4
+    assert summary["threads"] == {"Executor task": 3, "grpc": 1}
+    rows = {
+        (r["task"], r["activity"]): r["samples"] for r in summary["executor_by_task_and_activity"]
+    }
+    assert rows == {
+        ("write", "encode Parquet"): 1,
+        ("result", "parse CSV"): 1,
+        ("shuffle map", "build or read an in-memory cache"): 1,
+    }
+    assert summary["executor_samples"] == 3

@@ -179,6 +179,24 @@ def test_a_filter_naming_hundreds_of_users_and_a_64_file_union_pass_over_connect
         spark.stop()
 
 
+def test_bigday_refuses_settings_a_running_engine_would_ignore(engine_home, tmp_path, capsys):
+    """A benchmark day on a home whose engine runs (left by `--keep-engine`) cannot give that
+    engine new settings, nor run beside it without one: both are refused before generating."""
+    from benchmarks import bigday
+
+    home, _ = engine_home
+    (tmp_path / "homes").mkdir()
+    (tmp_path / "homes" / "d001").symlink_to(home, target_is_directory=True)
+    for extra, reason in (
+        (["--spark-conf", "spark.sql.shuffle.partitions=3"], "--spark-conf would not reach it"),
+        (["--engine", "off"], "--engine off would share the machine with it"),
+    ):
+        assert bigday.main(["--work", str(tmp_path), "--home", "d001", *extra]) == 2
+        err = capsys.readouterr().err
+        assert "the home's engine runs already" in err and reason in err
+    assert not (tmp_path / "bigday-1000000").exists()
+
+
 def test_stop_ends_the_engine(engine_home):
     home, info = engine_home
     message = engine.stop(home)
