@@ -1,9 +1,12 @@
 """Where a JVM's executor threads spend their CPU, from a Java Flight Recorder recording.
 
-    jcmd <engine pid> JFR.start name=day settings=profile filename=day.jfr
+    jcmd <engine pid> JFR.start name=day settings=profile
     python -m benchmarks.bigday ... --keep-engine           # the measured day
-    jcmd <engine pid> JFR.dump name=day filename=day.jfr && jcmd <engine pid> JFR.stop name=day
+    jcmd <engine pid> JFR.stop name=day filename=day.jfr
     python -m benchmarks.jfr_profile day.jfr --out profile.json
+
+(Dumping into the file a recording was started with writes its chunk twice; `samples` drops the
+repeats, which `summarize` reports as `repeated_samples_dropped`.)
 
 Reads the recording's execution samples (`jfr print --events jdk.ExecutionSample`, the JDK's own
 tool, streamed as text) and counts them: every thread by group (`jvm_threads.group_of`), and the
@@ -23,20 +26,38 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.jvm_threads import group_of
 
 EXECUTOR = "Executor task"
 
-# (activity, how many innermost frames to look at, parts of a frame that name it), first match
-# wins. Inner frames name what the task is doing at the moment; the frames further out are the
-# operators that called it.
+# (activity, how many innermost frames to look at, parts of a frame that name it). The innermost
+# frame that names one wins, rule order breaks a tie: inner frames name what the task is doing at
+# the moment; the frames further out are the operators that called it.
 ACTIVITIES: tuple[tuple[str, int, tuple[str, ...]], ...] = (
-    ("encode Parquet", 8, ("org.apache.parquet.column.", "InternalParquetRecordWriter")),
-    ("read a cache from disk (Java deserialization)", 60, ("java.io.ObjectInputStream",)),
+    (
+        "decode Parquet",
+        12,
+        (
+            "VectorizedParquetRecordReader",
+            "VectorizedColumnReader",
+            "VectorizedRleValuesReader",
+            "ParquetFileReader",
+            "ColumnReaderImpl",
+            "ValuesReader",
+            "Decompressor",
+            "ParquetRowConverter",
+        ),
+    ),
+    ("encode Parquet", 12, ("org.apache.parquet.", "ParquetWriteSupport")),
+    (
+        "Java deserialization (cache blocks read from disk, tasks)",
+        60,
+        ("java.io.ObjectInputStream",),
+    ),
     ("build or read an in-memory cache", 12, ("org.apache.spark.sql.execution.columnar.",)),
-    ("decode Parquet", 12, ("VectorizedParquetRecordReader", "org.apache.parquet.")),
     ("parse CSV", 12, ("com.univocity.", ".csv.")),
     ("sort", 12, ("UnsafeExternalSorter", "UnsafeInMemorySorter", "TimSort", "RadixSort")),
     ("write shuffle files", 15, ("ShuffleExternalSorter", "ShuffleWriter", "ShuffleMapOutput")),
@@ -49,14 +70,17 @@ ACTIVITIES: tuple[tuple[str, int, tuple[str, ...]], ...] = (
 )
 
 
-def task_kind(frames: Sequence[str]) -> str:
-    """A write task (Spark's file writer), a shuffle map task, or a result task."""
+def task_kind(frames: Sequence[str], truncated: bool = False) -> str:
+    """A write task (Spark's file writer), a shuffle map task, or a result task; `unknown` when
+    the stack was cut (`jfr`'s depth) before a frame that tells."""
     stack = " ".join(frames)
     if "FileFormatWriter" in stack:
         return "write"
     if "ShuffleMapTask" in stack:
         return "shuffle map"
-    return "result"
+    if "ResultTask" in stack or not truncated:
+        return "result"
+    return "unknown (stack cut)"
 
 
 def activity(frames: Sequence[str]) -> str:
@@ -69,38 +93,68 @@ def activity(frames: Sequence[str]) -> str:
     return "other"
 
 
-def samples(lines: Iterable[str]) -> Iterator[tuple[str, list[str]]]:
-    """(thread name, frames innermost first) of each `jdk.ExecutionSample` in `jfr print`'s text."""
-    thread, frames, in_stack = None, [], False
+@dataclass
+class Sample:
+    thread: str
+    frames: list[str]  # innermost first
+    truncated: bool = False  # `jfr` cut the stack at its depth (`...`)
+
+
+def _thread_name(value: str) -> str:
+    """The name in `"<name>" (javaThreadId = N)`; names are printed unescaped, so the name ends
+    at the last `" (`."""
+    if not value.startswith('"'):
+        return value
+    end = value.rfind('" (')
+    return value[1:end] if end > 0 else value.strip('"')
+
+
+def samples(lines: Iterable[str], repeats: Counter[str] | None = None) -> Iterator[Sample]:
+    """Each `jdk.ExecutionSample` in `jfr print`'s text, once: a sample seen before (same time,
+    thread and frames: a recording dumped twice into one file) is counted in `repeats`."""
+    seen: set[tuple[str, str, tuple[str, ...]]] = set()
+    start, thread, frames, in_stack, truncated = "", None, [], False, False
     for raw in lines:
         line = raw.strip()
         if line.startswith("jdk.ExecutionSample"):
-            thread, frames, in_stack = None, [], False
+            start, thread, frames, in_stack, truncated = "", None, [], False, False
+        elif line.startswith("startTime = "):
+            start = line[len("startTime = ") :]
         elif line.startswith("sampledThread = "):
-            value = line[len("sampledThread = ") :]
-            thread = value[1 : value.index('"', 1)] if value.startswith('"') else value
+            thread = _thread_name(line[len("sampledThread = ") :])
         elif line.startswith("stackTrace = ["):
             in_stack = True
         elif in_stack and line == "]":
             in_stack = False
-        elif in_stack and line and line != "...":
+        elif in_stack and line == "...":
+            truncated = True
+        elif in_stack and line:
             frames.append(line.split("(", 1)[0])
         elif line == "}" and thread is not None:
-            yield thread, frames
+            key = (start, thread, tuple(frames))
+            if key in seen:
+                if repeats is not None:
+                    repeats["samples"] += 1
+            else:
+                seen.add(key)
+                yield Sample(thread, frames, truncated)
             thread = None
 
 
-def summarize(sampled: Iterable[tuple[str, Sequence[str]]]) -> dict:
-    """Counts of samples by thread group, and of executor samples by task kind and activity."""
+def summarize(lines: Iterable[str]) -> dict:
+    """Counts of `jfr print`'s samples by thread group, and of the executor threads' samples by
+    task kind and activity."""
     threads: Counter[str] = Counter()
     executor: Counter[tuple[str, str]] = Counter()
     top: Counter[str] = Counter()
-    for thread, frames in sampled:
-        group = group_of(thread)
+    repeats: Counter[str] = Counter()
+    for sample in samples(lines, repeats):
+        group = group_of(sample.thread)
         threads[group] += 1
         if group != EXECUTOR:
             continue
-        executor[(task_kind(frames), activity(frames))] += 1
+        frames = sample.frames
+        executor[(task_kind(frames, sample.truncated), activity(frames))] += 1
         if frames:
             top[frames[0]] += 1
     total = sum(executor.values())
@@ -109,11 +163,12 @@ def summarize(sampled: Iterable[tuple[str, Sequence[str]]]) -> dict:
         by_activity[name] += n
     return {
         "samples": sum(threads.values()),
+        "repeated_samples_dropped": repeats["samples"],
         "threads": dict(threads.most_common()),
         "executor_samples": total,
         "executor_by_activity": dict(by_activity.most_common()),
         "executor_by_task_and_activity": [
-            {"task": kind, "activity": name, "samples": n, "share": round(n / total, 4)}
+            {"task": kind, "activity": name, "samples": n, "share": round(n / max(total, 1), 4)}
             for (kind, name), n in executor.most_common()
         ],
         "executor_top_frames": [{"frame": f, "samples": n} for f, n in top.most_common(25)],
@@ -130,7 +185,7 @@ def read_recording(path: Path) -> dict:
             "jfr_profile needs the JDK's `jfr` tool on PATH (Java 11 or later)."
         ) from None
     assert process.stdout is not None
-    summary = summarize(samples(process.stdout))
+    summary = summarize(process.stdout)
     if process.wait() != 0:
         raise SystemExit(f"`jfr print` could not read {path} (exit {process.returncode}).")
     return summary

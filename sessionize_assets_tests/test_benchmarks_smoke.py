@@ -735,7 +735,6 @@ jdk.ExecutionSample {
     shaded.parquet.it.unimi.dsi.fastutil.objects.Object2IntLinkedOpenHashMap.getInt(Object) line: 1
     org.apache.parquet.column.values.dictionary.DictionaryValuesWriter.writeBytes(Binary) line: 2
     org.apache.spark.sql.execution.datasources.FileFormatWriter$.executeTask(Object) line: 3
-    ...
   ]
 }
 
@@ -763,7 +762,18 @@ jdk.ExecutionSample {
 
 jdk.ExecutionSample {
   startTime = 14:20:15.581
-  sampledThread = "grpc-default-executor-1" (javaThreadId = 10)
+  sampledThread = "Executor task launch worker for task 4.0 in stage 5.0 (TID 6)" (javaThreadId = 11)
+  state = "STATE_RUNNABLE"
+  stackTrace = [
+    org.apache.parquet.column.values.plain.PlainValuesReader.readBytes() line: 1
+    org.apache.spark.sql.execution.datasources.parquet.VectorizedColumnReader.readBatch() line: 2
+    ...
+  ]
+}
+
+jdk.ExecutionSample {
+  startTime = 14:20:15.591
+  sampledThread = "a "quoted" (odd) name" (javaThreadId = 10)
   state = "STATE_RUNNABLE"
   stackTrace = [
     java.lang.Object.wait() line: 1
@@ -774,27 +784,35 @@ jdk.ExecutionSample {
 
 def test_jfr_profile_counts_executor_samples_by_task_and_innermost_activity() -> None:
     """Each sample goes to the activity of its innermost recognised frame: the CSV parse that
-    feeds a cache is parsing, the copy inside the cache's encoder is the cache; other threads
-    are counted by group only."""
+    feeds a cache is parsing, the copy inside the cache's encoder is the cache, a dictionary
+    writer is encoding and a values reader decoding; a stack `jfr` cut before its task's frame
+    is of an unknown task; a recording dumped twice counts once; other threads are counted by
+    group only."""
     from benchmarks.jfr_profile import samples, summarize
 
     parsed = list(samples(JFR_TEXT.splitlines()))
-    assert [thread.split(" (")[0][:13] for thread, _ in parsed] == [
-        "Executor task",
-        "Executor task",
-        "Executor task",
-        "grpc-default-",
+    assert [s.thread for s in parsed] == [
+        "Executor task launch worker for task 1.0 in stage 2.0 (TID 3)",
+        "Executor task launch worker for task 2.0 in stage 2.0 (TID 4)",
+        "Executor task launch worker for task 3.0 in stage 4.0 (TID 5)",
+        "Executor task launch worker for task 4.0 in stage 5.0 (TID 6)",
+        'a "quoted" (odd) name',
     ]
-    assert parsed[0][1][1].endswith("DictionaryValuesWriter.writeBytes")
-    summary = summarize(parsed)
-    assert summary["samples"] == 4
-    assert summary["threads"] == {"Executor task": 3, "grpc": 1}
-    rows = {
-        (r["task"], r["activity"]): r["samples"] for r in summary["executor_by_task_and_activity"]
-    }
-    assert rows == {
-        ("write", "encode Parquet"): 1,
-        ("result", "parse CSV"): 1,
-        ("shuffle map", "build or read an in-memory cache"): 1,
-    }
-    assert summary["executor_samples"] == 3
+    assert parsed[0].frames[1].endswith("DictionaryValuesWriter.writeBytes")
+    assert [s.truncated for s in parsed] == [False, False, False, True, False]
+    twice = (JFR_TEXT + "\n" + JFR_TEXT).splitlines()
+    for summary, repeats in ((summarize(JFR_TEXT.splitlines()), 0), (summarize(twice), 5)):
+        assert summary["repeated_samples_dropped"] == repeats
+        assert summary["samples"] == 5
+        assert summary["threads"] == {"Executor task": 4, 'a "quoted" (odd) name': 1}
+        rows = {
+            (r["task"], r["activity"]): r["samples"]
+            for r in summary["executor_by_task_and_activity"]
+        }
+        assert rows == {
+            ("write", "encode Parquet"): 1,
+            ("result", "parse CSV"): 1,
+            ("shuffle map", "build or read an in-memory cache"): 1,
+            ("unknown (stack cut)", "decode Parquet"): 1,
+        }
+        assert summary["executor_samples"] == 4
