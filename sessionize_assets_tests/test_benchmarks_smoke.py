@@ -816,3 +816,69 @@ def test_jfr_profile_counts_executor_samples_by_task_and_innermost_activity() ->
             ("unknown (stack cut)", "decode Parquet"): 1,
         }
         assert summary["executor_samples"] == 4
+
+
+def _sql_start(execution: int, time_ms: int, accumulator: int, path: str) -> str:
+    plan = {
+        "nodeName": "HashAggregate",
+        "children": [
+            {
+                "nodeName": "Scan parquet ",
+                "metadata": {"Location": f"PreparedDeltaFileIndex(1 paths)[file:{path}]"},
+                "metrics": [{"name": "number of output rows", "accumulatorId": accumulator}],
+                "children": [],
+            }
+        ],
+    }
+    return json.dumps(
+        {
+            "Event": "org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionStart",
+            "executionId": execution,
+            "time": time_ms,
+            "description": "a query",
+            "sparkPlanInfo": plan,
+        }
+    )
+
+
+def test_sql_executions_lists_each_runs_queries_and_counts_a_cached_scan_once() -> None:
+    """A scan inside a cached plan reappears, with its accumulator, in the later executions that
+    read the cache: its rows belong to the execution that filled the cache, whichever run reads
+    it again; executions are listed per run, longest first."""
+    from benchmarks.sql_executions import accumulator_values, by_run, executions
+
+    end = "org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd"
+    lines = [
+        _sql_start(1, 10_000, 7, "/h/warehouse/filtered_events"),
+        json.dumps(
+            {
+                "Event": "SparkListenerTaskEnd",
+                "Task Info": {"Accumulables": [{"ID": 7, "Update": 500}]},
+            }
+        ),
+        json.dumps({"Event": end, "executionId": 1, "time": 13_000}),
+        _sql_start(2, 21_000, 7, "/h/warehouse/filtered_events"),  # the cached read again
+        json.dumps({"Event": end, "executionId": 2, "time": 22_000}),
+        _sql_start(3, 23_000, 9, "/h/warehouse/sessions"),
+        json.dumps(
+            {
+                "Event": "SparkListenerTaskEnd",
+                "Task Info": {"Accumulables": [{"ID": 9, "Update": 40}]},
+            }
+        ),
+        json.dumps({"Event": end, "executionId": 3, "time": 27_000}),
+    ]
+    found = executions(lines, "/h/warehouse")
+    runs = [
+        {"assets": ["filtered_events"], "start": 9.0, "end": 14.0},
+        {"assets": ["session_models"], "start": 20.0, "end": 30.0},
+    ]
+    report = by_run(runs, found, accumulator_values(lines))
+    assert [r["wall_s"] for r in report] == [5.0, 10.0]
+    assert [(e["id"], e["seconds"], e["scans"]) for e in report[0]["executions"]] == [
+        (1, 3.0, [["table:filtered_events", 500]])
+    ]
+    assert [(e["id"], e["seconds"], e["scans"]) for e in report[1]["executions"]] == [
+        (3, 4.0, [["table:sessions", 40]]),
+        (2, 1.0, []),
+    ]
