@@ -818,7 +818,7 @@ def test_jfr_profile_counts_executor_samples_by_task_and_innermost_activity() ->
         assert summary["executor_samples"] == 4
 
 
-def _sql_start(execution: int, time_ms: int, accumulator: int, path: str) -> str:
+def _sql_start(execution: int, time_ms: int, accumulator: int, path: str, root: int = -1) -> str:
     plan = {
         "nodeName": "HashAggregate",
         "children": [
@@ -834,51 +834,82 @@ def _sql_start(execution: int, time_ms: int, accumulator: int, path: str) -> str
         {
             "Event": "org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionStart",
             "executionId": execution,
+            "rootExecutionId": execution if root < 0 else root,
             "time": time_ms,
-            "description": "a query",
+            "description": "Spark Connect - session_id: x",
+            "details": 'plan { command { sql_command { input { sql { query: "MERGE INTO t"',
             "sparkPlanInfo": plan,
         }
     )
 
 
-def test_sql_executions_lists_each_runs_queries_and_counts_a_cached_scan_once() -> None:
-    """A scan inside a cached plan reappears, with its accumulator, in the later executions that
-    read the cache: its rows belong to the execution that filled the cache, whichever run reads
-    it again; executions are listed per run, longest first."""
-    from benchmarks.sql_executions import accumulator_values, by_run, executions
+def _job(job: int, execution: int, stage: int) -> str:
+    return json.dumps(
+        {
+            "Event": "SparkListenerJobStart",
+            "Job ID": job,
+            "Stage IDs": [stage],
+            "Properties": {"spark.sql.execution.id": str(execution)},
+        }
+    )
+
+
+def _task(stage: int, accumulator: int, rows: int) -> str:
+    return json.dumps(
+        {
+            "Event": "SparkListenerTaskEnd",
+            "Stage ID": stage,
+            "Task Info": {"Accumulables": [{"ID": accumulator, "Update": rows}]},
+        }
+    )
+
+
+def test_sql_executions_credits_each_scan_to_the_execution_whose_tasks_read_it() -> None:
+    """Rows go to the execution of the job whose tasks read them: a cached scan that reappears
+    in a later execution's plan (same accumulator) adds nothing there, and a scan registered by
+    a planning-only execution is credited to the one that ran it; the driver's updates name
+    their execution; executions are listed per run, longest first; a nested execution does not
+    count twice in the time the run spent inside queries; a half-written last line is skipped."""
+    from benchmarks.sql_executions import by_run, executions, scan_rows
 
     end = "org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd"
+    driver = "org.apache.spark.sql.execution.ui.SparkListenerDriverAccumUpdates"
     lines = [
-        _sql_start(1, 10_000, 7, "/h/warehouse/filtered_events"),
-        json.dumps(
-            {
-                "Event": "SparkListenerTaskEnd",
-                "Task Info": {"Accumulables": [{"ID": 7, "Update": 500}]},
-            }
-        ),
-        json.dumps({"Event": end, "executionId": 1, "time": 13_000}),
-        _sql_start(2, 21_000, 7, "/h/warehouse/filtered_events"),  # the cached read again
-        json.dumps({"Event": end, "executionId": 2, "time": 22_000}),
-        _sql_start(3, 23_000, 9, "/h/warehouse/sessions"),
-        json.dumps(
-            {
-                "Event": "SparkListenerTaskEnd",
-                "Task Info": {"Accumulables": [{"ID": 9, "Update": 40}]},
-            }
-        ),
-        json.dumps({"Event": end, "executionId": 3, "time": 27_000}),
+        _sql_start(1, 10_000, 7, "/h/warehouse/filtered_events"),  # plans only
+        json.dumps({"Event": end, "executionId": 1, "time": 10_100}),
+        _sql_start(2, 10_200, 7, "/h/warehouse/filtered_events"),  # runs the scan, fills a cache
+        _job(0, 2, 0),
+        _task(0, 7, 500),
+        json.dumps({"Event": end, "executionId": 2, "time": 13_000}),
+        _sql_start(3, 21_000, 7, "/h/warehouse/filtered_events"),  # reads the cache
+        _job(1, 3, 1),
+        _task(1, 99, 1),
+        json.dumps({"Event": end, "executionId": 3, "time": 22_000}),
+        _sql_start(4, 23_000, 9, "/h/warehouse/sessions"),
+        _sql_start(5, 24_000, 11, "/h/warehouse/users", root=4),
+        _job(2, 5, 2),
+        _task(2, 11, 30),
+        json.dumps({"Event": end, "executionId": 5, "time": 26_000}),
+        json.dumps({"Event": driver, "executionId": 4, "accumUpdates": [[9, 40]]}),
+        json.dumps({"Event": end, "executionId": 4, "time": 27_000}),
+        '{"Event": "SparkListenerTaskEnd", "Stage',
     ]
     found = executions(lines, "/h/warehouse")
+    assert [e.what for e in found][:1] == ["MERGE INTO t"]
     runs = [
         {"assets": ["filtered_events"], "start": 9.0, "end": 14.0},
         {"assets": ["session_models"], "start": 20.0, "end": 30.0},
     ]
-    report = by_run(runs, found, accumulator_values(lines))
-    assert [r["wall_s"] for r in report] == [5.0, 10.0]
-    assert [(e["id"], e["seconds"], e["scans"]) for e in report[0]["executions"]] == [
-        (1, 3.0, [["table:filtered_events", 500]])
+    report = by_run(runs, found, scan_rows(lines))
+    assert [(r["wall_s"], r["outside_s"]) for r in report] == [(5.0, 2.1), (10.0, 5.0)]
+    listed = [
+        [(e["id"], e["inside"], e["seconds"], e["scans"]) for e in r["executions"]] for r in report
     ]
-    assert [(e["id"], e["seconds"], e["scans"]) for e in report[1]["executions"]] == [
-        (3, 4.0, [["table:sessions", 40]]),
-        (2, 1.0, []),
+    assert listed == [
+        [(2, None, 2.8, [["table:filtered_events", 500]]), (1, None, 0.1, [])],
+        [
+            (4, None, 4.0, [["table:sessions", 40]]),
+            (5, 4, 2.0, [["table:users", 30]]),
+            (3, None, 1.0, []),
+        ],
     ]
