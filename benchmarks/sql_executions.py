@@ -9,7 +9,8 @@ wall time, and the time outside every query), prints the executions that started
 duration, id, the execution it runs inside if any (Delta's own queries in a MERGE overlap it),
 the SQL or write it ran if it says, and per scan the table read (`--tables`: the home's warehouse
 folder, to name tables) with the rows the execution's own tasks read (its jobs'
-`spark.sql.execution.id`), so a cached scan counts for the execution that read it. Session 29 in docs/benchmarks.md.
+`spark.sql.execution.id`), so a cached scan counts for the execution that read it. Session 29 in
+docs/benchmarks.md.
 """
 
 from __future__ import annotations

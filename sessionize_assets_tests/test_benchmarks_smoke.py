@@ -726,60 +726,64 @@ def test_jvm_threads_groups_thread_names() -> None:
     assert mine and all(seconds >= 0 for _name, seconds in mine.values())
 
 
-JFR_TEXT = """\
-jdk.ExecutionSample {
-  startTime = 14:20:15.551
-  sampledThread = "Executor task launch worker for task 1.0 in stage 2.0 (TID 3)" (javaThreadId = 7)
-  state = "STATE_RUNNABLE"
-  stackTrace = [
-    shaded.parquet.it.unimi.dsi.fastutil.objects.Object2IntLinkedOpenHashMap.getInt(Object) line: 1
-    org.apache.parquet.column.values.dictionary.DictionaryValuesWriter.writeBytes(Binary) line: 2
-    org.apache.spark.sql.execution.datasources.FileFormatWriter$.executeTask(Object) line: 3
-  ]
-}
+def _jfr_sample(time: str, thread: str, frames: list[str]) -> str:
+    """One sample as `jfr print --events jdk.ExecutionSample` writes it (frames innermost first;
+    a `...` line marks a stack cut at the tool's depth)."""
+    stack = "\n".join(
+        f"    {f}" if f == "..." else f"    {f} line: {i}" for i, f in enumerate(frames)
+    )
+    return (
+        f"jdk.ExecutionSample {{\n  startTime = {time}\n"
+        f'  sampledThread = "{thread}" (javaThreadId = 7)\n  state = "STATE_RUNNABLE"\n'
+        f"  stackTrace = [\n{stack}\n  ]\n}}\n"
+    )
 
-jdk.ExecutionSample {
-  startTime = 14:20:15.561
-  sampledThread = "Executor task launch worker for task 2.0 in stage 2.0 (TID 4)" (javaThreadId = 8)
-  state = "STATE_RUNNABLE"
-  stackTrace = [
-    com.univocity.parsers.common.AbstractParser.parseLine(String) line: 1
-    org.apache.spark.sql.execution.columnar.DefaultCachedBatchSerializer$$anon$1.next() line: 2
-    org.apache.spark.scheduler.ResultTask.runTask(TaskContext) line: 3
-  ]
-}
 
-jdk.ExecutionSample {
-  startTime = 14:20:15.571
-  sampledThread = "Executor task launch worker for task 3.0 in stage 4.0 (TID 5)" (javaThreadId = 9)
-  state = "STATE_RUNNABLE"
-  stackTrace = [
-    org.apache.spark.unsafe.Platform.copyMemory(Object, long, Object, long, long) line: 1
-    org.apache.spark.sql.execution.columnar.compression.DictionaryEncoding$Encoder.gather() line: 2
-    org.apache.spark.scheduler.ShuffleMapTask.runTask(TaskContext) line: 3
-  ]
-}
+def _worker(task: int) -> str:
+    return f"Executor task launch worker for task {task}.0 in stage 2.0 (TID {task + 2})"
 
-jdk.ExecutionSample {
-  startTime = 14:20:15.581
-  sampledThread = "Executor task launch worker for task 4.0 in stage 5.0 (TID 6)" (javaThreadId = 11)
-  state = "STATE_RUNNABLE"
-  stackTrace = [
-    org.apache.parquet.column.values.plain.PlainValuesReader.readBytes() line: 1
-    org.apache.spark.sql.execution.datasources.parquet.VectorizedColumnReader.readBatch() line: 2
-    ...
-  ]
-}
 
-jdk.ExecutionSample {
-  startTime = 14:20:15.591
-  sampledThread = "a "quoted" (odd) name" (javaThreadId = 10)
-  state = "STATE_RUNNABLE"
-  stackTrace = [
-    java.lang.Object.wait() line: 1
-  ]
-}
-"""
+JFR_TEXT = "\n".join(
+    [
+        _jfr_sample(
+            "14:20:15.551",
+            _worker(1),
+            [
+                "shaded.parquet.it.unimi.dsi.fastutil.objects.Object2IntLinkedOpenHashMap.getInt(Object)",
+                "org.apache.parquet.column.values.dictionary.DictionaryValuesWriter.writeBytes(Binary)",
+                "org.apache.spark.sql.execution.datasources.FileFormatWriter$.executeTask(Object)",
+            ],
+        ),
+        _jfr_sample(
+            "14:20:15.561",
+            _worker(2),
+            [
+                "com.univocity.parsers.common.AbstractParser.parseLine(String)",
+                "org.apache.spark.sql.execution.columnar.DefaultCachedBatchSerializer$$anon$1.next()",
+                "org.apache.spark.scheduler.ResultTask.runTask(TaskContext)",
+            ],
+        ),
+        _jfr_sample(
+            "14:20:15.571",
+            _worker(3),
+            [
+                "org.apache.spark.unsafe.Platform.copyMemory(Object, long, Object, long, long)",
+                "org.apache.spark.sql.execution.columnar.compression.DictionaryEncoding$Encoder.gather()",
+                "org.apache.spark.scheduler.ShuffleMapTask.runTask(TaskContext)",
+            ],
+        ),
+        _jfr_sample(
+            "14:20:15.581",
+            _worker(4),
+            [
+                "org.apache.parquet.column.values.plain.PlainValuesReader.readBytes()",
+                "org.apache.spark.sql.execution.datasources.parquet.VectorizedColumnReader.readBatch()",
+                "...",
+            ],
+        ),
+        _jfr_sample("14:20:15.591", 'a "quoted" (odd) name', ["java.lang.Object.wait()"]),
+    ]
+)
 
 
 def test_jfr_profile_counts_executor_samples_by_task_and_innermost_activity() -> None:
@@ -791,13 +795,7 @@ def test_jfr_profile_counts_executor_samples_by_task_and_innermost_activity() ->
     from benchmarks.jfr_profile import samples, summarize
 
     parsed = list(samples(JFR_TEXT.splitlines()))
-    assert [s.thread for s in parsed] == [
-        "Executor task launch worker for task 1.0 in stage 2.0 (TID 3)",
-        "Executor task launch worker for task 2.0 in stage 2.0 (TID 4)",
-        "Executor task launch worker for task 3.0 in stage 4.0 (TID 5)",
-        "Executor task launch worker for task 4.0 in stage 5.0 (TID 6)",
-        'a "quoted" (odd) name',
-    ]
+    assert [s.thread for s in parsed] == [*map(_worker, (1, 2, 3, 4)), 'a "quoted" (odd) name']
     assert parsed[0].frames[1].endswith("DictionaryValuesWriter.writeBytes")
     assert [s.truncated for s in parsed] == [False, False, False, True, False]
     twice = (JFR_TEXT + "\n" + JFR_TEXT).splitlines()
