@@ -255,7 +255,7 @@ def _filter_and_write(
         days,
         [LOAD_DATE, EVENT_DATE],
         properties={"delta.enableChangeDataFeed": "true"},
-        parquet=filtering.PARQUET_PAGES,
+        parquet=filtering.PARQUET_LAYOUT,
     )
 
     per_day: dict[dt.date, dict[str, int]] = defaultdict(dict)

@@ -285,13 +285,18 @@ def test_a_span_of_few_users_opens_only_the_files_of_their_user_range(spark, tmp
 
 
 def test_a_few_users_read_decodes_only_their_pages_of_a_file(spark, tmp_path):
-    """filtered_events' files are sorted by user and written with pages of 1,000 rows
-    (`PARQUET_PAGES` through `replace_partitions`): a read naming one user of a 4,000-row file
-    decodes one or two pages (Parquet's page index); with Parquet's default pages, the whole file.
-    The Spark session's settings are as before once the write is done."""
-    from sessionize_assets.core.filtering import PARQUET_PAGES, clustered_by_user
+    """filtered_events' files are sorted by user and written with pages of 1,000 rows and INT64
+    timestamps (`PARQUET_LAYOUT` through `replace_partitions`): a read naming one user of a
+    4,000-row file decodes one or two pages (Parquet's page index), also when the user is asked
+    for within a time span, ORed with a span of every user (the gap-mode read's shape); with
+    Parquet's default pages, the whole file, and with INT96 timestamps (no Parquet statistics,
+    so Spark pushes no part of that filter to the reader) too. The Spark session's settings are
+    as before once the write is done."""
+    from sessionize_assets.core.clock import to_micros
+    from sessionize_assets.core.filtering import PARQUET_LAYOUT, clustered_by_user
     from sessionize_assets.core.sessionize import user_key
     from sessionize_assets.resources.delta import replace_partitions
+    from sessionize_assets.sessions.modes import spans_filter, user_filter
     from sessionize_assets_tests.sessions.support import events_frame
 
     s = make_settings(start_date=DAY0.isoformat(), session_mode="gap")
@@ -306,8 +311,27 @@ def test_a_few_users_read_decodes_only_their_pages_of_a_file(spark, tmp_path):
         for u in range(500)  # in time order: the write must sort by user
     ]
     frame = events_frame(spark, rows).withColumn("event_date", F.to_date("derived_tstamp"))
-    scanned = {}
-    for name, parquet in (("paged", PARQUET_PAGES), ("default", None)):
+    int96 = {**PARQUET_LAYOUT, "spark.sql.parquet.outputTimestampType": "INT96"}
+    before = {key: spark.conf.get(key, None) for key in int96}
+    morning = (
+        dt.datetime.combine(DAY0, dt.time(7), tzinfo=dt.UTC),
+        dt.datetime.combine(DAY0, dt.time(9), tzinfo=dt.UTC),
+    )
+    nobody = (  # a span of every user that holds no row of the file
+        dt.datetime.combine(DAY0 + dt.timedelta(days=2), dt.time(0), tzinfo=dt.UTC),
+        dt.datetime.combine(DAY0 + dt.timedelta(days=2), dt.time(1), tzinfo=dt.UTC),
+    )
+    user317 = spans_filter(
+        [
+            (to_micros(morning[0]), to_micros(morning[1])),
+            (to_micros(nobody[0]), to_micros(nobody[1])),
+        ],
+        lambda lo, hi: F.col("derived_tstamp").between(F.lit(lo), F.lit(hi)),
+        members=[frozenset({"user317"}), None],
+        of_users=user_filter(s, {"domain_userid": "string"}),
+    )
+    scanned, spanned = {}, {}
+    for name, parquet in (("paged", PARQUET_LAYOUT), ("default", None), ("int96", int96)):
         path = str(tmp_path / name)
         one_file = clustered_by_user(frame, user_key(s), len(rows), len(rows))
         replace_partitions(
@@ -317,10 +341,15 @@ def test_a_few_users_read_decodes_only_their_pages_of_a_file(spark, tmp_path):
         assert len(read.collect()) == 8
         assert files_read(read) == 1
         scanned[name] = scans(read, "numOutputRows")
+        read = spark.read.format("delta").load(path).filter(user317)
+        assert len(read.collect()) == 4
+        spanned[name] = scans(read, "numOutputRows")
     assert len(rows) == 4000
     assert scanned["default"] == 4000
     assert scanned["paged"] <= 2000
-    assert spark.conf.get("parquet.page.row.count.limit", None) is None
+    assert spanned["paged"] <= 2000
+    assert spanned["int96"] == 4000
+    assert {key: spark.conf.get(key, None) for key in int96} == before
 
 
 def test_a_changed_setting_stops_the_run_and_a_refresh_rebuilds_under_the_new_one(spark, tmp_path):
