@@ -43,12 +43,23 @@ def small_run(taken_rows: int, table_rows: int | None) -> bool:
 
 def localize(spark: SparkSession, df: DataFrame, limit: int | None = None) -> DataFrame:
     """`df` computed once: a local DataFrame when it holds at most `limit` rows (default
-    LOCAL_ROWS), else persisted (unpersist when done)."""
+    LOCAL_ROWS), else persisted (unpersist when done) in at most one partition per core.
+
+    `df` is persisted before its first `limit + 1` rows are fetched, so a large result is not
+    computed a second time on its first use: that fetch fills the cache. A persisted plan keeps
+    its shuffle partitions (adaptive execution does not coalesce a cached plan's), so the result
+    is coalesced to the default parallelism first, or every later read of it would be 64 tiny
+    tasks. On 30 days of history, where the changed users' lifecycle rows are such a result,
+    the session models' tasks used 4-5 s less CPU in two pairs of 200,000-event days
+    (docs/benchmarks.md, "Session 30"); a small result costs the encoding of its few rows into
+    the cache, dropped at once."""
     limit = LOCAL_ROWS if limit is None else limit
-    table = df.limit(limit + 1).toArrow()
+    kept = df.coalesce(max(1, default_parallelism(spark))).persist()
+    table = kept.limit(limit + 1).toArrow()
     if table.num_rows <= limit:
+        kept.unpersist()
         return spark.createDataFrame(table, schema=df.schema)
-    return df.persist()
+    return kept
 
 
 def default_parallelism(spark: SparkSession) -> int:

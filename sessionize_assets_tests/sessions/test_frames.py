@@ -51,3 +51,29 @@ def test_localize_collects_a_small_result_and_persists_a_large_one(spark) -> Non
     large = localize(spark, spark.range(6), limit=5)
     assert large.is_cached and large.count() == 6
     large.unpersist()
+
+
+def test_localize_computes_a_large_result_once_in_one_partition_per_core(spark) -> None:
+    """Finding that a result is too large to collect does not compute it a second time: each
+    input row passes through the result's computation once (counted by an accumulator) up to
+    and including its first uses; the persisted result has at most one partition per core, not
+    the shuffle's 64."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType
+
+    from sessionize_assets.sessions.frames import default_parallelism, localize
+
+    computed = spark.sparkContext.accumulator(0)
+
+    def seen(value: int) -> int:
+        computed.add(1)
+        return value
+
+    counted = F.udf(seen, LongType())
+    rows = spark.range(0, 40, numPartitions=4).select(counted("id").alias("id"))
+    large = localize(spark, rows.groupBy((F.col("id") % 20).alias("k")).count(), limit=5)
+    assert large.is_cached
+    assert large.count() == 20 and large.agg(F.sum("count")).collect()[0][0] == 40
+    assert computed.value == 40
+    assert large.rdd.getNumPartitions() <= default_parallelism(spark)
+    large.unpersist()
