@@ -106,7 +106,7 @@ def maintain_home(
         if refusal is not None:
             raise UserError(refusal)
     from sessionize_assets.resources.delta import temporary_conf
-    from sessionize_assets.sessions.frames import default_parallelism
+    from sessionize_assets.resources.spark import default_parallelism
 
     spark = spark_session()
     confs = {

@@ -16,6 +16,7 @@ from sessionize_assets.core import sessionize as core
 from sessionize_assets.core.clock import from_micros
 from sessionize_assets.core.run_limits import RunLimits
 from sessionize_assets.resources.delta import local_changes
+from sessionize_assets.resources.spark import persist_compact
 from sessionize_assets.sessions.frames import reason_counts, reasons_from, window_filter
 from sessionize_assets.settings import Settings
 
@@ -111,7 +112,7 @@ def read_changes(
             rows = rows.unionByName(
                 net.select(*core.PREPARED_COLUMNS, "_sign", F.lit(0).alias("_window"), "_feed")
             )
-        rows = core.with_reason(rows, settings).persist()
+        rows = persist_compact(spark, core.with_reason(rows, settings))
         new = (F.col("_sign") > 0) & F.col(core.REASON).isNull()
         stats = rows.agg(
             F.sum("_window").alias("window"),

@@ -29,6 +29,7 @@ from sessionize_assets.resources.delta import (
     schema_pairs,
     table_or_empty,
 )
+from sessionize_assets.resources.spark import persist_compact
 from sessionize_assets.resources.tables import (
     FILTERED_EVENTS,
     QUARANTINED_SESSIONS,
@@ -38,7 +39,13 @@ from sessionize_assets.resources.tables import (
     USERS,
 )
 from sessionize_assets.sessions.changes import Changes
-from sessionize_assets.sessions.frames import add_counts, localize, reason_counts, reasons_from
+from sessionize_assets.sessions.frames import (
+    add_counts,
+    localize,
+    reason_counts,
+    reasons_from,
+    without_unchanged,
+)
 from sessionize_assets.sessions.modes import SessionMode, side_part
 from sessionize_assets.sessions.outcome import ModelOutcome
 from sessionize_assets.sessions.tables import (
@@ -204,7 +211,7 @@ def process_sessions(
     lifecycle = table_or_empty(spark, table_path(SESSIONS_LIFECYCLE_MANIFEST), LIFECYCLE_SCHEMA)
     touched = mode.touched(spark, snapshot, lifecycle, changes, limits)
     outcome.rows_read["lifecycle rows"] = touched.lifecycle_rows
-    read = core.with_reason(touched.read, settings).persist()
+    read = persist_compact(spark, core.with_reason(touched.read, settings))
     read_stats = read.agg(F.count(F.lit(1)).alias("n"), *reason_counts()).collect()[0]
     outcome.rows_read["events of touched sessions"] = int(read_stats["n"] or 0)
     add_counts(outcome.excluded, reasons_from(read_stats))
@@ -222,13 +229,29 @@ def process_sessions(
 
     # Lifecycle manifest (core.lifecycle.action): id mode keeps every session it has seen
     # (first-seen user, frozen quarantine); gap mode mirrors the sessions.
+    # Only the rows that differ from the stored ones (`frames.without_unchanged`).
     update = mode.lifecycle_update(computed, touched.replaced_ids, write.fresh, write.deleted)
     lc_path = table_path(SESSIONS_LIFECYCLE_MANIFEST)
+    lifecycle_source = None
+    lifecycle_written = 0
     if update.rows:
-        merge(spark, lc_path, update.source, "session_identifier", LIFECYCLE_SCHEMA)
+        lifecycle_source = localize(
+            spark,
+            without_unchanged(
+                update.source,
+                touched.old_lifecycle,
+                "session_identifier",
+                [c for c, _ in schema_pairs(LIFECYCLE_SCHEMA)],
+            ),
+        )
+        lifecycle_written = lifecycle_source.count()
+    if lifecycle_written:
+        merge(spark, lc_path, lifecycle_source, "session_identifier", LIFECYCLE_SCHEMA)
     else:
         ensure_table(spark, lc_path, LIFECYCLE_SCHEMA)
-    outcome.rows_written["lifecycle rows"] = update.rows
+    if lifecycle_source is not None:
+        lifecycle_source.unpersist()
+    outcome.rows_written["lifecycle rows"] = lifecycle_written
 
     write_side_tables(
         spark, table_path, settings, mode, computed, touched.old_lifecycle, now, outcome
@@ -325,7 +348,8 @@ def process_user_model(
     users = localize(spark, users)
     sessions = table_or_empty(spark, table_path(SESSIONS), SESSIONS_SCHEMA)
     user_sessions = sessions.join(users, "user_identifier", "left_semi")
-    rows = user_model_rows(model, user_sessions)
+    # Computed once: the source's rows and the users left without any both use them.
+    rows = localize(spark, user_model_rows(model, user_sessions))
     schema = USER_MODEL_SCHEMAS[model]
     gone = users.join(rows.select("user_identifier"), "user_identifier", "left_anti")
     source = rows.withColumn("_delete", F.lit(False)).unionByName(
@@ -335,20 +359,33 @@ def process_user_model(
     )
     source = localize(spark, source)
     counts = source.agg(
-        F.sum(F.when(F.col("_delete"), 1).otherwise(0)).alias("deleted"),
         F.count(F.lit(1)).alias("n"),
         F.sum(F.when(~F.col("_delete"), F.col("sessions")).otherwise(0)).alias("sessions"),
     ).collect()[0]
-    n, deleted = int(counts["n"] or 0), int(counts["deleted"] or 0)
     outcome.rows_read["sessions of touched users"] = int(counts["sessions"] or 0)
+    outcome.touched = int(counts["n"] or 0)
+    # Only the rows that differ from the stored ones (`frames.without_unchanged`).
+    stored = table_or_empty(spark, table_path(model), schema).join(
+        users, "user_identifier", "left_semi"
+    )
+    changed = localize(
+        spark,
+        without_unchanged(source, stored, "user_identifier", [c for c, _ in schema_pairs(schema)]),
+    )
+    counts = changed.agg(
+        F.sum(F.when(F.col("_delete"), 1).otherwise(0)).alias("deleted"),
+        F.count(F.lit(1)).alias("n"),
+    ).collect()[0]
+    n, deleted = int(counts["n"] or 0), int(counts["deleted"] or 0)
     if n:
-        merge(spark, table_path(model), source, "user_identifier", schema)
+        merge(spark, table_path(model), changed, "user_identifier", schema)
     else:
         ensure_table(spark, table_path(model), schema)
-    outcome.touched = n
     outcome.rows_written[f"{model} rows written"] = n - deleted
     outcome.rows_written[f"{model} rows deleted"] = deleted
+    changed.unpersist()
     source.unpersist()
+    rows.unpersist()
     users.unpersist()
 
 

@@ -77,3 +77,40 @@ def test_localize_computes_a_large_result_once_in_one_partition_per_core(spark) 
     assert computed.value == 40
     assert large.rdd.getNumPartitions() <= default_parallelism(spark)
     large.unpersist()
+
+
+def test_a_merge_source_keeps_only_the_rows_that_change_the_table(spark) -> None:
+    """Rows equal to the stored ones (nulls equal) go; changed and new rows and the removals of
+    stored rows stay; a removal of a row the table does not hold goes."""
+    from sessionize_assets.sessions.frames import without_unchanged
+
+    schema = "k string, a long, b string, _delete boolean"
+    stored = spark.createDataFrame(
+        [
+            ("same", 1, "x"),
+            ("nulls", 2, None),
+            ("changed", 3, "x"),
+            ("to-null", 4, "x"),
+            ("removed", 5, "x"),
+        ],
+        "k string, a long, b string",
+    )
+    source = spark.createDataFrame(
+        [
+            ("same", 1, "x", False),
+            ("nulls", 2, None, False),
+            ("changed", 3, "y", False),
+            ("to-null", 4, None, False),
+            ("new", 6, "x", False),
+            ("removed", None, None, True),
+            ("never-stored", None, None, True),
+        ],
+        schema,
+    )
+    kept = without_unchanged(source, stored, "k", ["k", "a", "b"])
+    assert sorted((r.k, r._delete) for r in kept.collect()) == [
+        ("changed", False),
+        ("new", False),
+        ("removed", True),
+        ("to-null", False),
+    ]

@@ -87,6 +87,9 @@ def test_rows_read_grow_with_new_data_not_with_history(spark, tmp_path, mode):
             outcome.models["users"].rows_read,
         )
         assert outcome.models["sessions"].touched == 6  # the new day's sessions
+        # The lookback's sessions are recomputed as they were: only the new ones are written
+        # to the lifecycle manifest (frames.without_unchanged).
+        assert outcome.models["sessions"].rows_written["lifecycle rows"] == 6
     (sessions_short, users_short), (sessions_long, users_long) = reads[4], reads[24]
     assert sessions_short == sessions_long, (sessions_short, sessions_long)
     # the new day (24 rows) in the window and the feed, plus the 6-hour lookback before it
