@@ -64,6 +64,7 @@ def ids_needing_a_decision(
     earlier_rows: DataFrame | None,
     dedupe_lookback_days: int,
     keys: DataFrame | None = None,
+    few_load_day_rows: bool = False,
 ) -> DataFrame:
     """(load_date, event_id, _seen_before) of the load day rows' ids that need a decision: copied
     within their load day (`_seen_before` False) or held by `earlier_rows` in one of the
@@ -71,7 +72,13 @@ def ids_needing_a_decision(
 
     One shuffle of keys: everything is partitioned by `event_id`, so the count per (id, load
     day) and the look back over the id's earlier load days (a window ordered by load day) run
-    where the keys land. `keys` (`window_keys`): the two inputs' keys already read in one scan."""
+    where the keys land. `keys` (`window_keys`): the two inputs' keys already read in one scan.
+
+    `few_load_day_rows`: the load day rows are few enough to broadcast their ids (the caller
+    knows their count from the Delta log). The earlier rows' keys are then first narrowed to those
+    ids, where they are read, so only the keys that can matter are shuffled: an id no load day
+    row holds needs no decision, and an id one does keeps every earlier key it has. A new load
+    day of 5,000 rows on 30 days of 200,000 shuffled 600,000 earlier keys without this."""
     look_back = earlier_rows is not None and dedupe_lookback_days > 0
     if keys is None:
         same = earlier_rows is load_day_rows
@@ -83,6 +90,12 @@ def ids_needing_a_decision(
             keys = keys.unionByName(
                 held.select(LOAD_DATE, "event_id", F.lit(0).alias(MINE), F.lit(1).alias(HELD))
             )
+    if look_back and few_load_day_rows:
+        mine = keys.filter(F.col(MINE) == 1)
+        held_only = keys.filter(F.col(MINE) == 0).join(
+            F.broadcast(mine.select("event_id")), "event_id", "left_semi"
+        )
+        keys = mine.unionByName(held_only)
     per_day = (
         keys.filter(F.col("event_id").isNotNull())
         .repartition("event_id")

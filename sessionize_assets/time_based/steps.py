@@ -55,6 +55,7 @@ from sessionize_assets.resources.delta import (
     replace_small,
     upsert_small,
 )
+from sessionize_assets.resources.spark import persist_compact
 from sessionize_assets.settings import Settings
 from sessionize_assets.time_based.state import (
     TimeBasedState,
@@ -169,9 +170,15 @@ def _filtered_events(
     window = events.filter((F.col(LOAD_DATE) >= F.lit(first)) & (F.col(LOAD_DATE) <= F.lit(last)))
     rows = window.filter(F.col(LOAD_DATE).isin(days))
     earlier = window.filter(F.col(LOAD_DATE) < F.lit(days[-1]))
+    to_mark = rows_in(tables.events, LOAD_DATE, days, events_version)
+    few = to_mark is not None and to_mark <= CACHED_LOAD_DAY_ROWS
     care = filtering.ids_needing_a_decision(
-        rows, earlier, n, keys=filtering.window_keys(window, days)
-    ).persist(StorageLevel.MEMORY_AND_DISK_DESER)
+        rows, earlier, n, keys=filtering.window_keys(window, days), few_load_day_rows=few
+    )
+    # Few load day rows: their results are small, kept in one partition per core (a read of a
+    # cached result is one task per partition it was computed in).
+    level = StorageLevel.MEMORY_AND_DISK_DESER
+    care = persist_compact(spark, care, level) if few else care.persist(level)
     marked = filtering.mark_rows(
         rows,
         earlier,
@@ -181,10 +188,9 @@ def _filtered_events(
         start_date=settings.start_date,
         care=care,
     )
-    to_mark = rows_in(tables.events, LOAD_DATE, days, events_version)
-    cached = to_mark is not None and to_mark <= CACHED_LOAD_DAY_ROWS
+    cached = few
     if cached:
-        marked = marked.persist(StorageLevel.MEMORY_AND_DISK_DESER)
+        marked = persist_compact(spark, marked, StorageLevel.MEMORY_AND_DISK_DESER)
     try:
         return _filter_and_write(
             spark, tables, settings, days, marked, events, state, fingerprints, result, started

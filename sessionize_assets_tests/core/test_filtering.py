@@ -249,6 +249,11 @@ def test_marking_several_load_days_at_once_equals_marking_them_one_by_one(spark)
         assert outcomes(mark_rows(todays, before, 3, care=care)) == outcomes(
             mark_rows(todays, before, 3)
         )
+        # A small load day's ids narrow the earlier keys first: the same decisions.
+        narrowed = ids_needing_a_decision(
+            todays, before, 3, keys=window_keys(window, [day]), few_load_day_rows=True
+        )
+        assert sorted(map(tuple, narrowed.collect())) == sorted(map(tuple, care.collect()))
     assert together == one_by_one
     assert sorted(k[0] for k, v in together.items() if v == "kept") == ["a", "a", "b", "c"]
 
