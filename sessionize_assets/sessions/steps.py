@@ -227,9 +227,17 @@ def process_sessions(
     outcome.rows_written["sessions renumbered only"] = write.written - write.content_changed
     outcome.touched = write.content_changed + write.deleted
 
+    # The side tables are derived from the difference between the stored lifecycle rows and the
+    # recomputed ones, so they are written first: a run stopped after the lifecycle commit would
+    # leave the next run no difference to derive them from. Written again after a stop before the
+    # lifecycle commit, they add nothing twice (`write_side_tables`).
+    write_side_tables(
+        spark, table_path, settings, mode, computed, touched.old_lifecycle, now, outcome
+    )
+
     # Lifecycle manifest (core.lifecycle.action): id mode keeps every session it has seen
-    # (first-seen user, frozen quarantine); gap mode mirrors the sessions.
-    # Only the rows that differ from the stored ones (`frames.without_unchanged`).
+    # (first-seen user, frozen quarantine); gap mode mirrors the sessions. Only the rows that
+    # differ from the stored ones (`frames.without_unchanged`).
     update = mode.lifecycle_update(computed, touched.replaced_ids, write.fresh, write.deleted)
     lc_path = table_path(SESSIONS_LIFECYCLE_MANIFEST)
     lifecycle_source = None
@@ -252,10 +260,6 @@ def process_sessions(
     if lifecycle_source is not None:
         lifecycle_source.unpersist()
     outcome.rows_written["lifecycle rows"] = lifecycle_written
-
-    write_side_tables(
-        spark, table_path, settings, mode, computed, touched.old_lifecycle, now, outcome
-    )
     computed.unpersist()
     read.unpersist()
     touched.unpersist()
@@ -277,17 +281,36 @@ def write_side_tables(
     cap = core._plus_micros(core.LC_START, settings.max_session_days * core.MICROS_PER_DAY)
     quarantined_now = computed.filter(F.col("is_quarantined"))
     was = old_lifecycle.filter(F.col("is_quarantined")).select("session_identifier")
-    added = quarantined_now.join(was, "session_identifier", "left_anti").select(
-        "session_identifier",
-        "user_identifier",
-        F.col(core.LC_START).alias("start_tstamp"),
-        cap.alias("capped_at"),
-        F.lit(now).alias("quarantined_at"),
-        F.lit(False).alias("_delete"),
+    q_path = table_path(QUARANTINED_SESSIONS)
+    listed = table_or_empty(spark, q_path, QUARANTINED_SCHEMA).select("session_identifier")
+    added = (
+        quarantined_now.join(was, "session_identifier", "left_anti")
+        .join(listed, "session_identifier", "left_anti")  # listed by a run stopped after it
+        .select(
+            "session_identifier",
+            "user_identifier",
+            F.col(core.LC_START).alias("start_tstamp"),
+            cap.alias("capped_at"),
+            F.lit(now).alias("quarantined_at"),
+            F.lit(False).alias("_delete"),
+        )
     )
     side = side_part(added, QUARANTINED_SESSIONS)
-    for extra in mode.side_rows(quarantined_now, was, old_lifecycle, computed, now):
+    extras = mode.side_rows(quarantined_now, was, old_lifecycle, computed, now)
+    for extra in extras:
         side = side.unionByName(extra)
+    sup_path = table_path(SUPERSEDED_SESSIONS)
+    if extras:  # superseded ids recorded by a run stopped after it are not recorded twice
+        known = table_or_empty(spark, sup_path, SUPERSEDED_SCHEMA).select(
+            F.col("superseded_session_identifier").alias("_known_superseded"),
+            F.col("session_identifier").alias("_known_successor"),
+        )
+        side = side.join(
+            known,
+            (F.col("_superseded") == F.col("_known_superseded"))
+            & F.col("session_identifier").eqNullSafe(F.col("_known_successor")),
+            "left_anti",
+        )
     side = localize(spark, side)
     counts = {
         (r["_table"], r["_delete"]): int(r["n"])
@@ -295,7 +318,6 @@ def write_side_tables(
     }
     added_n = counts.get((QUARANTINED_SESSIONS, False), 0)
     removed_n = counts.get((QUARANTINED_SESSIONS, True), 0)
-    q_path = table_path(QUARANTINED_SESSIONS)
     quarantine = side.filter(F.col("_table") == QUARANTINED_SESSIONS)
     if removed_n:
         merge(
@@ -315,7 +337,6 @@ def write_side_tables(
     outcome.rows_written["quarantined sessions added"] = added_n
     outcome.rows_written["quarantined sessions removed"] = removed_n
     sup_n = counts.get((SUPERSEDED_SESSIONS, False), 0)
-    sup_path = table_path(SUPERSEDED_SESSIONS)
     if sup_n:
         with faults.commit_of(sup_path):
             side.filter(F.col("_table") == SUPERSEDED_SESSIONS).select(

@@ -494,3 +494,68 @@ def test_a_run_stopped_after_its_sessions_commit_heals_users_on_the_next_run(
     assert users_after == {"user0": 4, "user1": 3}
     report = verify_sessions(lake_for(home, settings, "2021-01-03T00:00:00"), spark)
     assert report.ok, "\n".join(report.lines())
+
+
+@pytest.mark.parametrize(
+    ("mode", "stop"), [("id", "after-commit"), ("gap", "after-commit"), ("id", "before-commit")]
+)
+def test_a_run_stopped_around_its_lifecycle_commit_lists_the_quarantined_session_once(
+    spark, tmp_path, monkeypatch, mode, stop
+):
+    """A run quarantines a session longer than max_session_days and stops right after its
+    lifecycle manifest commit (which then says the session is quarantined), or right before it
+    (with `quarantined_sessions` written). The next run must list the session in
+    `quarantined_sessions`, once. (Before session 31 the side tables were written after the
+    lifecycle manifest, and a stop between the two lost the listing for good.)"""
+    from sessionize_assets import faults
+    from sessionize_assets.resources.tables import (
+        QUARANTINED_SESSIONS,
+        SESSIONS_LIFECYCLE_MANIFEST,
+    )
+
+    settings = make_settings(
+        start_date=DAY0.isoformat(), session_mode=mode, max_session_days=1, session_gap_minutes=30
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    write_load_day(spark, home, DAY0, daily_activity(DAY0))
+    run_until_caught_up(spark, home, settings, "2021-01-02T00:00:00")
+    # One session of 20-minute steps from day 1, 01:00 to day 2, 03:00: longer than a day.
+    start = dt.datetime.combine(DAY0 + dt.timedelta(days=1), dt.time(1), tzinfo=dt.UTC)
+    times = [start + dt.timedelta(minutes=20 * i) for i in range(79)]
+    day2 = DAY0 + dt.timedelta(days=2)
+    write_load_day(
+        spark,
+        home,
+        day2,
+        [event(t, "long", "long-1", loaded=times[-1] + dt.timedelta(minutes=5)) for t in times],
+    )
+
+    stopped = faults.point
+
+    def quarantined_rows() -> int:
+        return table(spark, home, QUARANTINED_SESSIONS).count()
+
+    def stop_around_the_lifecycle_commit(name: str) -> None:
+        if name == f"{stop}:{SESSIONS_LIFECYCLE_MANIFEST}" and quarantined_rows():
+            raise RuntimeError("stopped around the lifecycle commit")
+        stopped(name)
+
+    monkeypatch.setattr(faults, "point", stop_around_the_lifecycle_commit)
+    with pytest.raises(SessionModelError, match="stopped around the lifecycle commit"):
+        run_until_caught_up(spark, home, settings, "2021-01-04T00:00:00")
+    monkeypatch.setattr(faults, "point", stopped)
+
+    def lifecycle_quarantined() -> list[tuple]:
+        lifecycle = table(spark, home, SESSIONS_LIFECYCLE_MANIFEST)
+        return rows_of(lifecycle.filter(F.col("is_quarantined")), "session_identifier")
+
+    assert bool(lifecycle_quarantined()) == (stop == "after-commit")
+
+    run_until_caught_up(spark, home, settings, "2021-01-04T00:00:00")
+    listed = rows_of(table(spark, home, QUARANTINED_SESSIONS), "session_identifier")
+    assert listed and listed == lifecycle_quarantined()  # each once
+    users = rows_of(table(spark, home, QUARANTINED_SESSIONS), "user_identifier")
+    assert {u for (u,) in users} == {"long"}
+    report = verify_sessions(lake_for(home, settings, "2021-01-04T00:00:00"), spark)
+    assert report.ok, "\n".join(report.lines())
