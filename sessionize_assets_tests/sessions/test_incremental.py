@@ -559,3 +559,50 @@ def test_a_run_stopped_around_its_lifecycle_commit_lists_the_quarantined_session
     assert {u for (u,) in users} == {"long"}
     report = verify_sessions(lake_for(home, settings, "2021-01-04T00:00:00"), spark)
     assert report.ok, "\n".join(report.lines())
+
+
+def test_a_gap_run_stopped_before_its_lifecycle_commit_records_a_superseded_id_once(
+    spark, tmp_path, monkeypatch
+):
+    """Gap mode: a late event merges two sessions, and the run stops right before its lifecycle
+    commit, with `superseded_sessions` written. The next run derives the same superseded ids from
+    the same stored lifecycle rows; it must not record them again."""
+    from sessionize_assets import faults
+    from sessionize_assets.resources.tables import SESSIONS_LIFECYCLE_MANIFEST, SUPERSEDED_SESSIONS
+
+    settings = make_settings(
+        start_date=DAY0.isoformat(), session_mode="gap", session_gap_minutes=30
+    )
+    day = dt.datetime.combine(DAY0, dt.time(), tzinfo=dt.UTC)
+    at = [dt.timedelta(hours=9, minutes=m) for m in (0, 5)]
+    at += [dt.timedelta(hours=10, minutes=m) for m in (0, 10)]
+    first = [event(day + t, "u", loaded=day + t + dt.timedelta(minutes=1)) for t in at]
+    home = tmp_path / "home"
+    home.mkdir()
+    write_load_day(spark, home, DAY0, first)
+    run_until_caught_up(spark, home, settings, "2021-01-02T00:00:00")
+    late = event(day + dt.timedelta(hours=9, minutes=32), "u", loaded="2021-01-02T06:00:00")
+    write_load_day(spark, home, DAY0 + dt.timedelta(days=1), [late])
+
+    def recorded() -> list[tuple]:
+        superseded = table(spark, home, SUPERSEDED_SESSIONS)
+        return rows_of(superseded, "superseded_session_identifier", "session_identifier")
+
+    stopped = faults.point
+
+    def stop_before_the_lifecycle_commit(name: str) -> None:
+        if name == f"before-commit:{SESSIONS_LIFECYCLE_MANIFEST}" and recorded():
+            raise RuntimeError("stopped before the lifecycle commit")
+        stopped(name)
+
+    monkeypatch.setattr(faults, "point", stop_before_the_lifecycle_commit)
+    with pytest.raises(SessionModelError, match="stopped before the lifecycle commit"):
+        run_until_caught_up(spark, home, settings, "2021-01-03T00:00:00")
+    monkeypatch.setattr(faults, "point", stopped)
+    before = recorded()
+    assert before
+
+    run_until_caught_up(spark, home, settings, "2021-01-03T00:00:00")
+    assert recorded() == before  # nothing recorded twice
+    report = verify_sessions(lake_for(home, settings, "2021-01-03T00:00:00"), spark)
+    assert report.ok, "\n".join(report.lines())
