@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 from pyspark.sql import functions as F
@@ -50,6 +52,27 @@ def daily_activity(day: dt.date, users: int = 3) -> list[dict]:
                     )
                 )
     return rows
+
+
+@contextmanager
+def stopped_at(monkeypatch, point: str, when: Callable[[], bool] = lambda: True) -> Iterator[None]:
+    """The session run inside stops (an exception) the first time it reaches the fail point
+    `point` while `when()` holds, as a kill there would stop it; the body must fail so."""
+    from sessionize_assets import faults
+
+    original = faults.point
+
+    def stop(name: str) -> None:
+        if name == point and when():
+            raise RuntimeError(f"stopped at {point}")
+        original(name)
+
+    monkeypatch.setattr(faults, "point", stop)
+    try:
+        with pytest.raises(SessionModelError, match=f"stopped at {point}"):
+            yield
+    finally:
+        monkeypatch.setattr(faults, "point", original)
 
 
 def lake_for(home, settings, now: str) -> LakeResource:
@@ -456,8 +479,6 @@ def test_a_run_stopped_after_its_sessions_commit_heals_users_on_the_next_run(
     previous run. The next run must still recompute user2 (now without sessions) and user1: a
     user set taken only from the sessions this run replaces misses user2, whose session is
     already gone."""
-    from sessionize_assets import faults
-
     settings = make_settings(start_date=DAY0.isoformat(), session_mode=mode)
     home = tmp_path / "home"
     home.mkdir()
@@ -473,17 +494,8 @@ def test_a_run_stopped_after_its_sessions_commit_heals_users_on_the_next_run(
     delete_events(spark, home, f"domain_userid = 'user2' OR domain_sessionid = 'user1-{DAY0}-8'")
     manifest_before = read_manifest(Home(home).table)
 
-    stopped = faults.point
-
-    def stop_after_sessions(name: str) -> None:
-        if name == f"after-commit:{SESSIONS}":
-            raise RuntimeError("stopped after the sessions commit")
-        stopped(name)
-
-    monkeypatch.setattr(faults, "point", stop_after_sessions)
-    with pytest.raises(SessionModelError, match="stopped after the sessions commit"):
+    with stopped_at(monkeypatch, f"after-commit:{SESSIONS}"):
         run(spark, home, settings, "2021-01-03T00:00:00")
-    monkeypatch.setattr(faults, "point", stopped)
     assert read_manifest(Home(home).table) == manifest_before  # the manifest names the old run
     in_sessions = {r[0] for r in rows_of(table(spark, home, SESSIONS), "user_identifier")}
     assert "user2" not in in_sessions  # the deletion is committed to sessions
@@ -507,7 +519,6 @@ def test_a_run_stopped_around_its_lifecycle_commit_lists_the_quarantined_session
     (with `quarantined_sessions` written). The next run must list the session in
     `quarantined_sessions`, once. (Before session 31 the side tables were written after the
     lifecycle manifest, and a stop between the two lost the listing for good.)"""
-    from sessionize_assets import faults
     from sessionize_assets.resources.tables import (
         QUARANTINED_SESSIONS,
         SESSIONS_LIFECYCLE_MANIFEST,
@@ -531,20 +542,11 @@ def test_a_run_stopped_around_its_lifecycle_commit_lists_the_quarantined_session
         [event(t, "long", "long-1", loaded=times[-1] + dt.timedelta(minutes=5)) for t in times],
     )
 
-    stopped = faults.point
+    def listed_any() -> bool:
+        return table(spark, home, QUARANTINED_SESSIONS).count() > 0
 
-    def quarantined_rows() -> int:
-        return table(spark, home, QUARANTINED_SESSIONS).count()
-
-    def stop_around_the_lifecycle_commit(name: str) -> None:
-        if name == f"{stop}:{SESSIONS_LIFECYCLE_MANIFEST}" and quarantined_rows():
-            raise RuntimeError("stopped around the lifecycle commit")
-        stopped(name)
-
-    monkeypatch.setattr(faults, "point", stop_around_the_lifecycle_commit)
-    with pytest.raises(SessionModelError, match="stopped around the lifecycle commit"):
+    with stopped_at(monkeypatch, f"{stop}:{SESSIONS_LIFECYCLE_MANIFEST}", listed_any):
         run_until_caught_up(spark, home, settings, "2021-01-04T00:00:00")
-    monkeypatch.setattr(faults, "point", stopped)
 
     def lifecycle_quarantined() -> list[tuple]:
         lifecycle = table(spark, home, SESSIONS_LIFECYCLE_MANIFEST)
@@ -567,7 +569,6 @@ def test_a_gap_run_stopped_before_its_lifecycle_commit_records_a_superseded_id_o
     """Gap mode: a late event merges two sessions, and the run stops right before its lifecycle
     commit, with `superseded_sessions` written. The next run derives the same superseded ids from
     the same stored lifecycle rows; it must not record them again."""
-    from sessionize_assets import faults
     from sessionize_assets.resources.tables import SESSIONS_LIFECYCLE_MANIFEST, SUPERSEDED_SESSIONS
 
     settings = make_settings(
@@ -588,17 +589,9 @@ def test_a_gap_run_stopped_before_its_lifecycle_commit_records_a_superseded_id_o
         superseded = table(spark, home, SUPERSEDED_SESSIONS)
         return rows_of(superseded, "superseded_session_identifier", "session_identifier")
 
-    stopped = faults.point
-
-    def stop_before_the_lifecycle_commit(name: str) -> None:
-        if name == f"before-commit:{SESSIONS_LIFECYCLE_MANIFEST}" and recorded():
-            raise RuntimeError("stopped before the lifecycle commit")
-        stopped(name)
-
-    monkeypatch.setattr(faults, "point", stop_before_the_lifecycle_commit)
-    with pytest.raises(SessionModelError, match="stopped before the lifecycle commit"):
+    point = f"before-commit:{SESSIONS_LIFECYCLE_MANIFEST}"
+    with stopped_at(monkeypatch, point, lambda: bool(recorded())):
         run_until_caught_up(spark, home, settings, "2021-01-03T00:00:00")
-    monkeypatch.setattr(faults, "point", stopped)
     before = recorded()
     assert before
 
