@@ -54,6 +54,14 @@ def daily_activity(day: dt.date, users: int = 3) -> list[dict]:
     return rows
 
 
+def two_chains(day: dt.datetime) -> list[dict]:
+    """Gap mode's two sessions of user `u` on `day`: A (09:00-09:05) and B (10:00-10:10), loaded
+    a minute after each event; a late event at 09:32 is within 30 minutes of both."""
+    at = [dt.timedelta(hours=9, minutes=m) for m in (0, 5)]
+    at += [dt.timedelta(hours=10, minutes=m) for m in (0, 10)]
+    return [event(day + t, "u", loaded=day + t + dt.timedelta(minutes=1)) for t in at]
+
+
 @contextmanager
 def stopped_at(monkeypatch, point: str, when: Callable[[], bool] = lambda: True) -> Iterator[None]:
     """The session run inside stops (an exception) the first time it reaches the fail point
@@ -438,9 +446,7 @@ def test_a_late_event_within_a_gap_of_two_chains_merges_them_both(spark, tmp_pat
         start_date=DAY0.isoformat(), session_mode="gap", session_gap_minutes=30
     )
     day = dt.datetime.combine(DAY0, dt.time(), tzinfo=dt.UTC)
-    at = [dt.timedelta(hours=9, minutes=m) for m in (0, 5)]
-    at += [dt.timedelta(hours=10, minutes=m) for m in (0, 10)]
-    first = [event(day + t, "u", loaded=day + t + dt.timedelta(minutes=1)) for t in at]
+    first = two_chains(day)
     later = day + dt.timedelta(days=2, hours=12)
     other = [event(later, "v", loaded=later + dt.timedelta(minutes=1))]
     home = tmp_path / "home"
@@ -575,9 +581,7 @@ def test_a_gap_run_stopped_before_its_lifecycle_commit_records_a_superseded_id_o
         start_date=DAY0.isoformat(), session_mode="gap", session_gap_minutes=30
     )
     day = dt.datetime.combine(DAY0, dt.time(), tzinfo=dt.UTC)
-    at = [dt.timedelta(hours=9, minutes=m) for m in (0, 5)]
-    at += [dt.timedelta(hours=10, minutes=m) for m in (0, 10)]
-    first = [event(day + t, "u", loaded=day + t + dt.timedelta(minutes=1)) for t in at]
+    first = two_chains(day)
     home = tmp_path / "home"
     home.mkdir()
     write_load_day(spark, home, DAY0, first)
