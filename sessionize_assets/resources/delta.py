@@ -424,7 +424,9 @@ def merge(spark: SparkSession, path: str, source: DataFrame, key: str, schema: s
                 "append"
             ).save(path)
         return
-    if merge_from_driver(path, source, key, columns):
+    if append_from_driver(path, source, key, columns) or merge_from_driver(
+        path, source, key, columns
+    ):
         return
     names = ", ".join(f"`{c}`" for c in columns)
     values = ", ".join(f"s.`{c}`" for c in columns)
@@ -663,6 +665,69 @@ def merge_from_driver(path: str, source: DataFrame, key: str, columns: Sequence[
     # refuses may have changed the rows this source was computed from, and the error stops the
     # run, as a conflict stops Spark's MERGE.
     _driver_commit(path, write, attempts=1)
+    return True
+
+
+def append_from_driver(path: str, source: DataFrame, key: str, columns: Sequence[str]) -> bool:
+    """`merge` as an append through delta-rs when it would only insert: `source` (collected as
+    Arrow) holds at most DRIVER_WRITE_ROWS rows, each with `_delete` false, and none of its keys
+    is in the table. Returns False without writing otherwise, or when the table's columns are not
+    `columns` or it needs a writer feature, for the other writers (`append_if_new`)."""
+    table = delta_table(path)
+    if table is None or not plain_protocol(table):
+        return False
+    data = source.select(*columns, "_delete").limit(DRIVER_WRITE_ROWS + 1).toArrow()
+    if data.num_rows > DRIVER_WRITE_ROWS:
+        return False
+    return append_if_new(table, data, key)
+
+
+def append_if_new(table: Any, data: pa.Table, key: str) -> bool:
+    """Append `data` (its `_delete` column dropped) to the delta-rs `table` when a MERGE of it by
+    `key` would only insert, and commit it as exactly the version after the one `table` was
+    loaded at (a compare-and-swap): no row has `_delete` true or null (a removal, or a row the
+    MERGE leaves out), and no non-null key is in the table at that version (a null key matches
+    nothing). False, without writing, when any of that fails, the columns or their types differ
+    from the table's (`_matching`), or another writer committed since.
+
+    An insert-only MERGE still reads the whole target to look for matches and plans and commits
+    through Spark: on the 30-day benchmark home one 5,000-event day's three insert-only MERGEs
+    (sessions, lifecycle manifest, users) took 4.8 s, while their keys are found absent in a
+    tenth of a second here (one column, read by delta-rs)."""
+    import pyarrow.compute as pc
+    from deltalake import CommitProperties, write_deltalake
+    from deltalake.exceptions import CommitFailedError
+
+    flags = data.column("_delete")
+    if flags.null_count or pc.any(flags).as_py():
+        return False
+    rows = _matching(data.drop_columns(["_delete"]), table)
+    if rows is None:
+        return False
+    keys = pc.unique(pc.drop_null(rows.column(key)))
+    if len(keys):
+        # The stored keys batch by batch, compared in memory: a filter pushed into the scan
+        # compares with each file's statistics in the file's own Arrow type, and delta-rs's
+        # MERGE writes strings as string_view, which pyarrow cannot compare with a string.
+        stored = table.to_pyarrow_dataset()
+        try:
+            wanted = keys.cast(stored.schema.field(key).type)
+            for batch in stored.to_batches(columns=[key]):
+                if pc.any(pc.is_in(batch.column(0), value_set=wanted)).as_py():
+                    return False
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            return False
+    try:
+        with faults.commit_of(table.table_uri):
+            write_deltalake(
+                table,
+                rows,
+                mode="append",
+                commit_properties=CommitProperties(max_commit_retries=0),
+            )
+    except CommitFailedError:
+        return False
+    _checkpoint_on_interval(table.table_uri)
     return True
 
 

@@ -196,6 +196,83 @@ def test_a_merge_of_few_rows_on_the_driver_writes_what_spark_merge_writes(
     assert got["driver"] == got["spark"] == got["a writer feature"] == expected
 
 
+def test_a_merge_that_only_inserts_is_appended_by_the_driver(spark, tmp_path, monkeypatch):
+    """`merge` of new keys only (a null key matches nothing) is one delta-rs append with the rows
+    Spark's MERGE INTO inserts; a source with a stored key, a removal or a null `_delete` is
+    merged; and the append commits only as the version after the one whose keys it checked."""
+    import datetime as dt
+
+    from sessionize_assets.resources.delta import append_if_new, delta_table, merge
+
+    schema = "k string, v long, ts timestamp"
+    at = dt.datetime(2024, 3, 1, 12, tzinfo=dt.UTC)
+    before = [("a", 1, at), ("b", 2, None)]
+    new_rows = [("d", 4, at, False), (None, 5, None, False), ("e", None, at, False)]
+    got = {}
+    for writer in ("driver", "spark"):
+        path = str(tmp_path / writer)
+        spark.createDataFrame(before, schema).write.format("delta").save(path)
+        if writer == "spark":
+            monkeypatch.setattr(delta, "DRIVER_WRITE_ROWS", -1)
+        merge(
+            spark, path, spark.createDataFrame(new_rows, f"{schema}, _delete boolean"), "k", schema
+        )
+        monkeypatch.undo()
+        commit = delta_table(path).history(1)[0]
+        assert commit["operation"] == ("WRITE" if writer == "driver" else "MERGE"), commit
+        assert str(commit.get("engineInfo")).startswith("delta-rs") == (writer == "driver")
+        got[writer] = sorted(
+            ((r["k"] or ""), r["v"], r["ts"].replace(tzinfo=dt.UTC) if r["ts"] else None)
+            for r in spark.read.format("delta").load(path).collect()
+        )
+    assert got["driver"] == got["spark"]
+    assert len(got["driver"]) == 5
+    path = str(tmp_path / "driver")
+    for row in [("a", 10, at, False), ("f", 6, at, True), ("g", 7, at, None)]:
+        merge(
+            spark,
+            path,
+            spark.createDataFrame([("h", 8, at, False), row], f"{schema}, _delete boolean"),
+            "k",
+            schema,
+        )
+        assert delta_table(path).history(1)[0]["operation"] == "MERGE", row
+    table = delta_table(path)
+    version = table.version()
+    rows = pa.table(
+        {
+            "k": ["z"],
+            "v": pa.array([1], pa.int64()),
+            "ts": pa.array([at], pa.timestamp("us", tz="UTC")),
+            "_delete": [False],
+        }
+    )
+    # Another writer commits after the keys were checked: nothing is appended.
+    spark.createDataFrame([("y", 9, at)], schema).write.format("delta").mode("append").save(path)
+    assert not append_if_new(table, rows, "k")
+    assert delta_table(path).version() == version + 1
+    assert append_if_new(delta_table(path), rows, "k")
+    assert not append_if_new(
+        delta_table(path), rows.set_column(1, "v", pa.array([1], pa.int32())), "k"
+    )
+    assert spark.read.format("delta").load(path).filter(F.col("k") == "z").count() == 1
+    # A file delta-rs's MERGE wrote (its strings are string_views) is searched as well.
+    from deltalake import write_deltalake
+
+    path = str(tmp_path / "views")
+    write_deltalake(path, pa.table({"k": ["a", "b"], "v": [1, 2]}))
+    delta_table(path).merge(
+        pa.table({"k": ["a", "c"], "v": [5, 6]}),
+        predicate="t.k = s.k",
+        source_alias="s",
+        target_alias="t",
+    ).when_matched_update_all().when_not_matched_insert_all().execute()
+    for k, appended in (("c", False), ("d", True)):
+        row = pa.table({"k": [k], "v": [7], "_delete": [False]})
+        assert append_if_new(delta_table(path), row, "k") == appended, k
+    assert sorted(r["k"] for r in delta.read_small_table(path)) == ["a", "b", "c", "d"]
+
+
 def test_a_small_table_is_read_by_the_driver_with_the_rows_spark_reads(
     spark, tmp_path, monkeypatch
 ):
