@@ -26,6 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sessionize_assets import faults
+from sessionize_assets.resources.spark import fetch_arrow
 
 # --------------------------------------------------------------------- the Delta log (delta-rs)
 
@@ -635,7 +636,7 @@ def merge_from_driver(path: str, source: DataFrame, key: str, columns: Sequence[
         return False
     # A source above the limit was computed for nothing; the callers' sources are built from
     # results they keep (driver-local or persisted), so computing them twice costs little.
-    data = source.select(*columns, "_delete").limit(DRIVER_WRITE_ROWS + 1).toArrow()
+    data = fetch_arrow(source.select(*columns, "_delete").limit(DRIVER_WRITE_ROWS + 1))[0]
     if data.num_rows > DRIVER_WRITE_ROWS:
         return False
     matching = _matching(data.drop_columns(["_delete"]), table)
@@ -676,7 +677,7 @@ def append_from_driver(path: str, source: DataFrame, key: str, columns: Sequence
     table = delta_table(path)
     if table is None or not plain_protocol(table):
         return False
-    data = source.select(*columns, "_delete").limit(DRIVER_WRITE_ROWS + 1).toArrow()
+    data = fetch_arrow(source.select(*columns, "_delete").limit(DRIVER_WRITE_ROWS + 1))[0]
     if data.num_rows > DRIVER_WRITE_ROWS:
         return False
     return append_if_new(table, data, key)

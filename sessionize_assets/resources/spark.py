@@ -13,10 +13,13 @@ import os
 import re
 from collections.abc import Mapping
 
+import pyarrow as pa
 from dagster_pyspark import PySparkResource
 from pydantic import Field
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
 
 from sessionize_assets.errors import SettingsError
 from sessionize_assets.resources.spark_conf import DEFAULT_SPARK_CONF, spark_conf
@@ -142,6 +145,27 @@ def default_parallelism(spark: SparkSession) -> int:
     if match and match.group(1).isdigit():
         return int(match.group(1))
     return os.cpu_count() or 2
+
+
+def fetch_arrow(df: DataFrame) -> tuple[pa.Table, StructType]:
+    """`df`'s rows as Arrow (as `toArrow` gives them) and its schema, in one round trip over
+    Spark Connect.
+
+    Connect's `toArrow` first asks the server for the schema, an analysis of the whole plan (its
+    Delta scans' snapshots included), and a later `df.schema` asks again; the execution's own
+    response carries the schema. In a small session run, those two analyses per driver-local
+    result took about 2 s of the driver's time (docs/benchmarks.md, "Session 32"). A classic
+    session's schema is known without a round trip."""
+    to_table = getattr(df, "_to_table", None)  # pyspark.sql.connect.dataframe.DataFrame
+    if to_table is not None:
+        table, schema = to_table()
+        if isinstance(schema, StructType):
+            # The types `toArrow` gives (it casts the same way, with the schema it asked for).
+            arrow = to_arrow_schema(
+                schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC"
+            )
+            return table.cast(arrow), schema
+    return df.toArrow(), df.schema
 
 
 def persist_compact(

@@ -55,7 +55,7 @@ from sessionize_assets.resources.delta import (
     replace_small,
     upsert_small,
 )
-from sessionize_assets.resources.spark import persist_compact
+from sessionize_assets.resources.spark import fetch_arrow, persist_compact
 from sessionize_assets.settings import Settings
 from sessionize_assets.time_based.state import (
     TimeBasedState,
@@ -559,7 +559,7 @@ def _daily_aggregates(
                 existing
                 and sum(rows_counted.values()) <= DRIVER_WRITE_ROWS
                 and replace_partitions_from_driver(
-                    tables.daily_aggregates, daily.toArrow(), EVENT_DATE, days
+                    tables.daily_aggregates, fetch_arrow(daily)[0], EVENT_DATE, days
                 )
             )
             if not on_driver:
@@ -692,7 +692,7 @@ def attributes_step(
     on_driver = (
         None not in counts
         and rows_read <= DRIVER_WRITE_ROWS
-        and overwrite_from_driver(tables.attributes, out.toArrow(), user_metadata=source)
+        and overwrite_from_driver(tables.attributes, fetch_arrow(out)[0], user_metadata=source)
     )
     if not on_driver:
         with faults.commit_of(tables.attributes):

@@ -179,6 +179,48 @@ def test_a_filter_naming_hundreds_of_users_and_a_64_file_union_pass_over_connect
         spark.stop()
 
 
+def test_rows_fetched_over_connect_bring_their_schema_without_asking_for_it(
+    engine_home, monkeypatch
+):
+    """`fetch_arrow` gives what `toArrow` and `schema` give (the types of every kind of column a
+    session table holds), without the schema analysis `toArrow` asks the server for first; and a
+    driver-local result of `localize` keeps the rows and the schema."""
+    import datetime as dt
+    from decimal import Decimal
+
+    from sessionize_assets.resources.spark import fetch_arrow
+    from sessionize_assets.sessions.frames import localize
+
+    _, info = engine_home
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")
+    spark = _remote_session(info.url)
+    try:
+        at = dt.datetime(2024, 3, 1, 12, 30, tzinfo=dt.UTC)
+        df = spark.createDataFrame(
+            [
+                ("a", 1, at, dt.date(2024, 3, 1), {"x": 2}, ["p"], (1, "q"), Decimal("1.50"), True),
+                (None, None, None, None, None, None, None, None, None),
+            ],
+            "k string, n long, ts timestamp, d date, m map<string,bigint>, l array<string>, "
+            "s struct<i:int,t:string>, dec decimal(10,2), b boolean",
+        ).filter("k is null or n > 0")
+        expected_table, expected_schema = df.toArrow(), df.schema
+        asked = []
+        analyze = spark.client.schema
+        monkeypatch.setattr(spark.client, "schema", lambda plan: asked.append(1) or analyze(plan))
+        table, schema = fetch_arrow(df)
+        assert asked == []
+        assert schema == expected_schema
+        assert table.equals(expected_table)
+        local = localize(spark, df)
+        assert local.schema == expected_schema
+        assert sorted(local.collect(), key=str) == sorted(df.collect(), key=str)
+        df.toArrow()
+        assert asked  # what the count above would have seen without fetch_arrow
+    finally:
+        spark.stop()
+
+
 def test_bigday_refuses_settings_a_running_engine_would_ignore(engine_home, tmp_path, capsys):
     """A benchmark day on a home whose engine runs (left by `--keep-engine`) cannot give that
     engine new settings, nor run beside it without one: both are refused before generating."""
