@@ -415,20 +415,37 @@ def replace_partitions(
         )
 
 
-def merge(spark: SparkSession, path: str, source: DataFrame, key: str, schema: str) -> None:
+def merge(
+    spark: SparkSession,
+    path: str,
+    source: DataFrame,
+    key: str,
+    schema: str,
+    rows: int | None = None,
+) -> None:
     """Upsert `source` rows by `key`; rows with `_delete` set remove the target row. The first
-    write of a table is a plain write. (Delta SQL: works over Spark Connect too.)"""
+    write of a table is a plain write. (Delta SQL: works over Spark Connect too.)
+
+    A source of at most DRIVER_WRITE_ROWS rows is collected once, as Arrow, for the driver's
+    writers: an append when the MERGE would only insert (`append_if_new`, any table size), else a
+    delta-rs MERGE into a table of at most as many rows (`merge_from_driver`). `rows`: the
+    source's row count when the caller knows it; a larger source is then not collected."""
     columns = [c for c, _ in schema_pairs(schema)]
-    if delta_version(path) is None:
+    table = delta_table(path)
+    if table is None:
         with faults.commit_of(path):
             source.filter(~F.col("_delete")).select(*columns).write.format("delta").mode(
                 "append"
             ).save(path)
         return
-    if append_from_driver(path, source, key, columns) or merge_from_driver(
-        path, source, key, columns
-    ):
-        return
+    if plain_protocol(table) and (rows is None or rows <= DRIVER_WRITE_ROWS):
+        # The callers' sources are results they keep (driver-local or persisted): a source found
+        # above the limit here was computed once more for nothing, not recomputed from scratch.
+        data = fetch_arrow(source.select(*columns, "_delete").limit(DRIVER_WRITE_ROWS + 1))[0]
+        if data.num_rows <= DRIVER_WRITE_ROWS and (
+            append_if_new(table, data, key) or merge_from_driver(path, data, key, columns)
+        ):
+            return
     names = ", ".join(f"`{c}`" for c in columns)
     values = ", ".join(f"s.`{c}`" for c in columns)
     updates = ", ".join(f"`{c}` = s.`{c}`" for c in columns)
@@ -622,10 +639,10 @@ def replace_partitions_from_driver(
     return True
 
 
-def merge_from_driver(path: str, source: DataFrame, key: str, columns: Sequence[str]) -> bool:
-    """`merge` through delta-rs when the table holds at most DRIVER_WRITE_ROWS rows (its Delta
-    log says so) and so does `source` (collected as Arrow): the same clauses in the same order
-    (a `_delete` row removes its match; other matches are updated; the rest inserted unless
+def merge_from_driver(path: str, data: pa.Table, key: str, columns: Sequence[str]) -> bool:
+    """`merge` of `data` (Arrow, with `_delete`) through delta-rs when the table holds at most
+    DRIVER_WRITE_ROWS rows (its Delta log says so): the same clauses in the same order (a
+    `_delete` row removes its match; other matches are updated; the rest inserted unless
     `_delete`). Returns False without writing otherwise, or when the table's columns are not
     `columns`, for the Spark MERGE."""
     table = delta_table(path)
@@ -633,11 +650,6 @@ def merge_from_driver(path: str, source: DataFrame, key: str, columns: Sequence[
         return False
     rows = live_rows(table)
     if rows is None or rows > DRIVER_WRITE_ROWS:
-        return False
-    # A source above the limit was computed for nothing; the callers' sources are built from
-    # results they keep (driver-local or persisted), so computing them twice costs little.
-    data = fetch_arrow(source.select(*columns, "_delete").limit(DRIVER_WRITE_ROWS + 1))[0]
-    if data.num_rows > DRIVER_WRITE_ROWS:
         return False
     matching = _matching(data.drop_columns(["_delete"]), table)
     if matching is None:
@@ -669,20 +681,6 @@ def merge_from_driver(path: str, source: DataFrame, key: str, columns: Sequence[
     return True
 
 
-def append_from_driver(path: str, source: DataFrame, key: str, columns: Sequence[str]) -> bool:
-    """`merge` as an append through delta-rs when it would only insert: `source` (collected as
-    Arrow) holds at most DRIVER_WRITE_ROWS rows, each with `_delete` false, and none of its keys
-    is in the table. Returns False without writing otherwise, or when the table's columns are not
-    `columns` or it needs a writer feature, for the other writers (`append_if_new`)."""
-    table = delta_table(path)
-    if table is None or not plain_protocol(table):
-        return False
-    data = fetch_arrow(source.select(*columns, "_delete").limit(DRIVER_WRITE_ROWS + 1))[0]
-    if data.num_rows > DRIVER_WRITE_ROWS:
-        return False
-    return append_if_new(table, data, key)
-
-
 def append_if_new(table: Any, data: pa.Table, key: str) -> bool:
     """Append `data` (its `_delete` column dropped) to the delta-rs `table` when a MERGE of it by
     `key` would only insert, and commit it as exactly the version after the one `table` was
@@ -693,12 +691,15 @@ def append_if_new(table: Any, data: pa.Table, key: str) -> bool:
 
     An insert-only MERGE still reads the whole target to look for matches and plans and commits
     through Spark: on the 30-day benchmark home one 5,000-event day's three insert-only MERGEs
-    (sessions, lifecycle manifest, users) took 4.8 s, while their keys are found absent in a
-    tenth of a second here (one column, read by delta-rs)."""
+    (sessions, lifecycle manifest, users) took 4.8 s on a fresh engine and 3.0 s on a warmed one,
+    while the 5,000 keys were found absent from `sessions`' 408,033 in 0.2 s (one column, read by
+    delta-rs; docs/benchmarks.md, "Session 31" and "Session 32")."""
     import pyarrow.compute as pc
     from deltalake import CommitProperties, write_deltalake
     from deltalake.exceptions import CommitFailedError
 
+    if table is None or not plain_protocol(table):
+        return False
     flags = data.column("_delete")
     if flags.null_count or pc.any(flags).as_py():
         return False

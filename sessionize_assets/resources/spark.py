@@ -157,15 +157,14 @@ def fetch_arrow(df: DataFrame) -> tuple[pa.Table, StructType]:
     result took about 2 s of the driver's time (docs/benchmarks.md, "Session 32"). A classic
     session's schema is known without a round trip."""
     to_table = getattr(df, "_to_table", None)  # pyspark.sql.connect.dataframe.DataFrame
-    if to_table is not None:
-        table, schema = to_table()
-        if isinstance(schema, StructType):
-            # The types `toArrow` gives (it casts the same way, with the schema it asked for).
-            arrow = to_arrow_schema(
-                schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC"
-            )
-            return table.cast(arrow), schema
-    return df.toArrow(), df.schema
+    if to_table is None:
+        return df.toArrow(), df.schema
+    table, schema = to_table()
+    if not isinstance(schema, StructType):  # not sent: asked for, the query is not run again
+        schema = df.schema
+    # The types `toArrow` gives (it casts the same way, with the schema it asked for).
+    arrow = to_arrow_schema(schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC")
+    return table.cast(arrow), schema
 
 
 def persist_compact(

@@ -181,6 +181,7 @@ def replace_sessions(
             source.filter(F.col("_changed")).select(*core.SESSION_COLUMNS, "_delete"),
             "session_identifier",
             SESSIONS_SCHEMA,
+            rows=written + deleted,
         )
     elif delta_version(path) is None:
         ensure_table(spark, path, SESSIONS_SCHEMA)
@@ -254,7 +255,14 @@ def process_sessions(
         )
         lifecycle_written = lifecycle_source.count()
     if lifecycle_written:
-        merge(spark, lc_path, lifecycle_source, "session_identifier", LIFECYCLE_SCHEMA)
+        merge(
+            spark,
+            lc_path,
+            lifecycle_source,
+            "session_identifier",
+            LIFECYCLE_SCHEMA,
+            rows=lifecycle_written,
+        )
     else:
         ensure_table(spark, lc_path, LIFECYCLE_SCHEMA)
     if lifecycle_source is not None:
@@ -326,6 +334,7 @@ def write_side_tables(
             quarantine.select(*[c for c, _ in schema_pairs(QUARANTINED_SCHEMA)], "_delete"),
             "session_identifier",
             QUARANTINED_SCHEMA,
+            rows=added_n + removed_n,
         )
     elif added_n:
         with faults.commit_of(q_path):
@@ -399,7 +408,7 @@ def process_user_model(
     ).collect()[0]
     n, deleted = int(counts["n"] or 0), int(counts["deleted"] or 0)
     if n:
-        merge(spark, table_path(model), changed, "user_identifier", schema)
+        merge(spark, table_path(model), changed, "user_identifier", schema, rows=n)
     else:
         ensure_table(spark, table_path(model), schema)
     outcome.rows_written[f"{model} rows written"] = n - deleted

@@ -228,15 +228,23 @@ def test_a_merge_that_only_inserts_is_appended_by_the_driver(spark, tmp_path, mo
     assert got["driver"] == got["spark"]
     assert len(got["driver"]) == 5
     path = str(tmp_path / "driver")
-    for row in [("a", 10, at, False), ("f", 6, at, True), ("g", 7, at, None)]:
+    # Each beside a new key of its own: the row alone makes it a MERGE.
+    for new, row in [
+        ("h1", ("a", 10, at, False)),
+        ("h2", ("f", 6, at, True)),
+        ("h3", ("g", 7, at, None)),
+    ]:
         merge(
             spark,
             path,
-            spark.createDataFrame([("h", 8, at, False), row], f"{schema}, _delete boolean"),
+            spark.createDataFrame([(new, 8, at, False), row], f"{schema}, _delete boolean"),
             "k",
             schema,
         )
         assert delta_table(path).history(1)[0]["operation"] == "MERGE", row
+    assert delta.read_small_table(path, ["k"]) and {
+        r["k"] for r in delta.read_small_table(path, ["k"])
+    } >= {"h1", "h2", "h3"}
     table = delta_table(path)
     version = table.version()
     rows = pa.table(
@@ -252,10 +260,11 @@ def test_a_merge_that_only_inserts_is_appended_by_the_driver(spark, tmp_path, mo
     assert not append_if_new(table, rows, "k")
     assert delta_table(path).version() == version + 1
     assert append_if_new(delta_table(path), rows, "k")
-    assert not append_if_new(
-        delta_table(path), rows.set_column(1, "v", pa.array([1], pa.int32())), "k"
-    )
     assert spark.read.format("delta").load(path).filter(F.col("k") == "z").count() == 1
+    # A new key whose value has another type than the table's column: not appended.
+    other = rows.set_column(0, "k", pa.array(["x"])).set_column(1, "v", pa.array([1], pa.int32()))
+    assert not append_if_new(delta_table(path), other, "k")
+    assert append_if_new(delta_table(path), rows.set_column(0, "k", pa.array(["x"])), "k")
     # A file delta-rs's MERGE wrote (its strings are string_views) is searched as well.
     from deltalake import write_deltalake
 

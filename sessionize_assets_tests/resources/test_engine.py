@@ -196,27 +196,42 @@ def test_rows_fetched_over_connect_bring_their_schema_without_asking_for_it(
     spark = _remote_session(info.url)
     try:
         at = dt.datetime(2024, 3, 1, 12, 30, tzinfo=dt.UTC)
-        df = spark.createDataFrame(
-            [
-                ("a", 1, at, dt.date(2024, 3, 1), {"x": 2}, ["p"], (1, "q"), Decimal("1.50"), True),
-                (None, None, None, None, None, None, None, None, None),
-            ],
-            "k string, n long, ts timestamp, d date, m map<string,bigint>, l array<string>, "
-            "s struct<i:int,t:string>, dec decimal(10,2), b boolean",
-        ).filter("k is null or n > 0")
-        expected_table, expected_schema = df.toArrow(), df.schema
+
+        def fresh():  # a new DataFrame each time: none carries a schema asked for before
+            return spark.createDataFrame(
+                [
+                    (
+                        "a",
+                        1,
+                        at,
+                        dt.date(2024, 3, 1),
+                        {"x": 2},
+                        ["p"],
+                        (1, "q"),
+                        Decimal("1.5"),
+                        True,
+                    ),
+                    (None, None, None, None, None, None, None, None, None),
+                ],
+                "k string, n long, ts timestamp, d date, m map<string,bigint>, l array<string>, "
+                "s struct<i:int,t:string>, dec decimal(10,2), b boolean",
+            ).filter("k is null or n > 0")
+
+        expected = fresh()
+        expected_table, expected_schema = expected.toArrow(), expected.schema
         asked = []
         analyze = spark.client.schema
         monkeypatch.setattr(spark.client, "schema", lambda plan: asked.append(1) or analyze(plan))
-        table, schema = fetch_arrow(df)
+        table, schema = fetch_arrow(fresh())
         assert asked == []
         assert schema == expected_schema
         assert table.equals(expected_table)
-        local = localize(spark, df)
+        fresh().toArrow()
+        assert len(asked) == 1  # what toArrow asks, and fetch_arrow does not
+        local = localize(spark, fresh())
+        assert len(asked) == 1
         assert local.schema == expected_schema
-        assert sorted(local.collect(), key=str) == sorted(df.collect(), key=str)
-        df.toArrow()
-        assert asked  # what the count above would have seen without fetch_arrow
+        assert sorted(local.collect(), key=str) == sorted(expected.collect(), key=str)
     finally:
         spark.stop()
 
