@@ -15,8 +15,10 @@ Days after `as_of` are left out, so a replay with an earlier "now" gives what th
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
-from collections.abc import Sequence
+import json
+from collections.abc import Iterable, Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -134,3 +136,73 @@ def summed_maps(maps: Column) -> Column:
         ),
     )
     return F.when(F.size(maps) > 0, F.map_from_entries(F.array_sort(F.map_entries(total))))
+
+
+# --- Refreshing attributes from the previous table ------------------------------------------------
+# A user's row depends only on their daily_aggregates rows, which of them are on or before `as_of`,
+# and which fall in each period. Between two writes, it can change only for users with rows in an
+# event day daily_aggregates rewrote since (before or after the rewrite), or in an event day that
+# enters or leaves a period as `as_of` moves (`edge_days`). Every other row is the stored one
+# with the new `as_of`.
+
+
+def periods(windows: Sequence[int], definitions: Sequence[AttributeDefinition]) -> list[int]:
+    """The N of every N-day period the attributes count over (windows and configured periods)."""
+    days = {*windows, *(d.period_days for d in definitions if d.period_days is not None)}
+    return sorted(days)
+
+
+def definition_fingerprint(
+    windows: Sequence[int], definitions: Sequence[AttributeDefinition]
+) -> str:
+    """What the attributes' columns are computed by, as text: a stored table written under
+    another is recomputed in full."""
+    return json.dumps(
+        {
+            "windows": list(windows),
+            "attributes": [dataclasses.asdict(d) for d in definitions],
+        },
+        sort_keys=True,
+        default=list,
+    )
+
+
+def edge_days(before: dt.date, after: dt.date, period_days: Iterable[int]) -> set[dt.date]:
+    """The event days counted differently as of `after` than as of `before`: the days after the
+    earlier and up to the later (visible to one only), and for each N-day period the days from
+    the earlier period's first day up to the later's (in one period only)."""
+    low, high = sorted((before, after))
+    days = {low + dt.timedelta(days=i) for i in range(1, (high - low).days + 1)}
+    for n in period_days:
+        first, last = sorted((window_start(before, n), window_start(after, n)))
+        days |= {first + dt.timedelta(days=i) for i in range((last - first).days)}
+    return days
+
+
+def changed_days(
+    before: Iterable[tuple[str, dt.date | None]], after: Iterable[tuple[str, dt.date | None]]
+) -> set[dt.date | None]:
+    """The partitions (event days) whose files differ between two versions of a table, from each
+    version's live files as (path, event day): a file added or removed in between."""
+    return {day for _, day in set(before) ^ set(after)}
+
+
+def refreshed(
+    previous: DataFrame,
+    daily: DataFrame,
+    users: DataFrame,
+    as_of: dt.date,
+    windows: Sequence[int],
+    definitions: Sequence[AttributeDefinition] = (),
+) -> DataFrame:
+    """`attributes(daily, as_of, ...)` from the `previous` table: the rows of `users` (one column,
+    `user_identifier`) recomputed from their daily rows, every other stored row kept with the new
+    `as_of`. Equal to the full recompute when `users` holds every user whose row can differ
+    (see above), and `previous` was computed by the same definitions."""
+    columns = attribute_columns(windows, definitions)
+    chosen = F.broadcast(users.select(USER_IDENTIFIER).distinct())
+    recomputed = attributes(
+        daily.join(chosen, USER_IDENTIFIER, "left_semi"), as_of, windows, definitions
+    )
+    kept = previous.join(chosen, USER_IDENTIFIER, "left_anti").withColumn("as_of", F.lit(as_of))
+    return recomputed.unionByName(kept.select(*columns))

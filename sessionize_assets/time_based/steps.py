@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -48,6 +50,7 @@ from sessionize_assets.resources.delta import (
     exists,
     local_table,
     overwrite_from_driver,
+    plain_protocol,
     read_pinned,
     read_version,
     replace_partitions,
@@ -59,6 +62,7 @@ from sessionize_assets.resources.spark import fetch_arrow, persist_compact
 from sessionize_assets.settings import Settings
 from sessionize_assets.time_based.state import (
     TimeBasedState,
+    attributes_source,
     files_in,
     partition_counts,
     read_state,
@@ -682,8 +686,23 @@ def attributes_step(
             metadata={"rows read": 0, "rows written": 0, "note": "no daily_aggregates yet"}
         )
     daily = read_pinned(spark, tables.daily_aggregates, version)
-    out = attrs.attributes(daily, as_of, settings.attribute_windows_days, settings.attributes)
-    source = json.dumps({"daily_aggregates_version": version, "as_of": as_of.isoformat()})
+    windows, definitions = settings.attribute_windows_days, settings.attributes
+    fingerprint = attrs.definition_fingerprint(windows, definitions)
+    touched = users_to_recompute(tables, version, as_of, fingerprint, windows, definitions)
+    if touched is None:
+        out = attrs.attributes(daily, as_of, windows, definitions)
+    else:
+        attributes_version, users = touched
+        previous = read_version(spark, tables.attributes, attributes_version)
+        chosen = spark.createDataFrame(pa.table({agg.USER_IDENTIFIER: users}))
+        out = attrs.refreshed(previous, daily, chosen, as_of, windows, definitions)
+    source = json.dumps(
+        {
+            "daily_aggregates_version": version,
+            "as_of": as_of.isoformat(),
+            "definition": fingerprint,
+        }
+    )
     _, read_actions = add_actions(tables.daily_aggregates, version)
     counts = [a["num_records"] for a in read_actions]
     rows_read = sum(n or 0 for n in counts)
@@ -713,6 +732,7 @@ def attributes_step(
             "rows read": rows_read,
             "rows written": sum(a["num_records"] or 0 for a in written_actions),
             "written by": "the driver (delta-rs)" if on_driver else "Spark",
+            "recomputed": "in full" if touched is None else f"{len(touched[1])} users",
             "as_of": as_of.isoformat(),
             "windows (days)": list(settings.attribute_windows_days),
             "configured attributes": [d.name for d in settings.attributes],
@@ -720,3 +740,68 @@ def attributes_step(
             "time taken (s)": round(time.monotonic() - started, 3),
         },
     )
+
+
+def users_to_recompute(
+    tables: TimeBasedTables,
+    version: int,
+    as_of: dt.date,
+    fingerprint: str,
+    windows: Sequence[int],
+    definitions: Sequence[Any],
+) -> tuple[int, list[str]] | None:
+    """(the stored attributes' version, the users whose rows can differ from it) when the stored
+    table can be refreshed (`core.attributes.refreshed`), else None: recompute in full.
+
+    The stored table must be the last commit's (its recorded daily_aggregates version and as_of,
+    the same definitions, the same columns), and both versions of daily_aggregates readable by
+    delta-rs. The users: those with rows in the event days whose files changed between the two
+    versions (in the rows before and after) or in the days `as_of`'s move brings into or out of a
+    period (`core.attributes.edge_days`), read from the Delta tables with delta-rs (one column of
+    those days' files). Any failure to read them means a full recompute, never a guess."""
+    attributes_table = delta_table(tables.attributes)
+    if attributes_table is None or not plain_protocol(attributes_table):
+        return None
+    recorded = attributes_source(tables.attributes)
+    if recorded.get("definition") != fingerprint:
+        return None
+    stored_columns = pa.schema(attributes_table.schema().to_arrow()).names
+    if stored_columns != attrs.attribute_columns(windows, definitions):
+        return None
+    try:
+        before_version = int(recorded["daily_aggregates_version"])
+        before_as_of = dt.date.fromisoformat(recorded["as_of"])
+        before = delta_table(tables.daily_aggregates, before_version)
+        after = delta_table(tables.daily_aggregates, version)
+        if before is None or after is None or before_version > version:
+            return None
+        if not (plain_protocol(before) and plain_protocol(after)):
+            return None
+        days = attrs.changed_days(_files_by_day(before), _files_by_day(after))
+        if None in days:
+            return None
+        edges = attrs.edge_days(before_as_of, as_of, attrs.periods(windows, definitions))
+        users = _users_on(after, days | edges) | _users_on(before, days)
+    except Exception:  # noqa: BLE001 - a version gone from the log, a vacuumed file: recompute
+        return None
+    return attributes_table.version(), sorted(users)
+
+
+def _files_by_day(table: Any) -> list[tuple[str, dt.date | None]]:
+    """The live files of a delta-rs table of daily_aggregates as (path, event day)."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    paths = actions.column("path").to_pylist()
+    days = actions.column(f"partition.{EVENT_DATE}").to_pylist()
+    return [(p, as_date(d) if d is not None else None) for p, d in zip(paths, days, strict=True)]
+
+
+def _users_on(table: Any, days: set[dt.date]) -> set[str]:
+    """The non-null users with rows in `days` of a delta-rs table of daily_aggregates."""
+    if not days:
+        return set()
+    data = table.to_pyarrow_table(
+        columns=[agg.USER_IDENTIFIER],
+        partitions=[(EVENT_DATE, "in", sorted(d.isoformat() for d in days))],
+    )
+    column = data.column(agg.USER_IDENTIFIER)
+    return {u for u in pc.unique(column).to_pylist() if u is not None}

@@ -1,0 +1,123 @@
+"""`attributes` refreshed from the stored table (core.attributes.refreshed, the attributes step's
+users_to_recompute): only the users whose rows can differ are recomputed, and the table equals a
+full recompute after every write, whatever daily_aggregates' rewrites and `as_of`'s moves."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sessionize_assets.core import attributes as attrs
+from sessionize_assets.core.aggregates import daily_aggregates
+from sessionize_assets.core.schema import EVENT_DATE
+from sessionize_assets.resources.delta import replace_partitions
+from sessionize_assets.settings import AttributeDefinition, from_mapping
+from sessionize_assets.time_based.steps import attributes_step
+from sessionize_assets.time_based.tables import TimeBasedTables
+from sessionize_assets_tests.core.test_aggregates import filtered
+from sessionize_assets_tests.core.test_filtering import event
+
+BASE = dt.date(2024, 3, 1)
+
+
+def counted(day: dt.date, as_of: dt.date, periods: list[int]) -> tuple[bool, ...]:
+    """How a row of `day` counts as of `as_of`: visible at all, then in each period."""
+    return (day <= as_of, *(attrs.window_start(as_of, n) <= day <= as_of for n in periods))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(-40, 40),
+    st.integers(-40, 40),
+    st.lists(st.integers(1, 30), max_size=4),
+)
+def test_edge_days_are_the_days_counted_differently(before: int, after: int, periods) -> None:
+    a, b = BASE + dt.timedelta(days=before), BASE + dt.timedelta(days=after)
+    every = [BASE + dt.timedelta(days=i) for i in range(-80, 81)]
+    expected = {d for d in every if counted(d, a, periods) != counted(d, b, periods)}
+    assert attrs.edge_days(a, b, periods) == expected
+
+
+def test_changed_days_are_the_days_of_files_added_or_removed() -> None:
+    d1, d2, d3 = (BASE + dt.timedelta(days=i) for i in range(3))
+    before = [("a.parquet", d1), ("b.parquet", d2), ("c.parquet", d3)]
+    after = [("a.parquet", d1), ("b2.parquet", d2), ("c.parquet", d3), ("d.parquet", d3)]
+    assert attrs.changed_days(before, after) == {d2, d3}
+    assert attrs.changed_days(before, before) == set()
+
+
+DEFINITIONS = (
+    AttributeDefinition(
+        name="clicks_3d", aggregation="count", event_names=("link_click",), period="last_3_days"
+    ),
+    AttributeDefinition(name="revenue", aggregation="sum", property="tr_total"),
+    AttributeDefinition(
+        name="exit_page_4d", aggregation="last", property="page_url", period="last_4_days"
+    ),
+)
+
+
+def _rows(df) -> dict:
+    return {r["user_identifier"]: r.asDict(recursive=True) for r in df.collect()}
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_refreshed_attributes_equal_a_full_recompute_after_every_write(spark, tmp_path, seed):
+    rng = random.Random(seed)
+    config = dataclasses.replace(
+        from_mapping({}), attribute_windows_days=(2, 5), attributes=DEFINITIONS
+    )
+    tables = TimeBasedTables.at(lambda name: str(tmp_path / name))
+    users = [f"u{i}" for i in range(30)]
+    events: dict[str, dict] = {}
+    as_of = BASE + dt.timedelta(days=6)
+    recomputed = []
+    for step in range(7):
+        changed: set[dt.date] = set()
+        # new events, of old users and new ones: many at first, then a few per write
+        for _ in range(60 if step == 0 else rng.randint(1, 4)):
+            day = BASE + dt.timedelta(days=rng.randint(0, 13))
+            name = rng.choice(["page_view", "link_click", "transaction"])
+            at = f"{day.isoformat()}T{rng.randint(0, 23):02d}:00:00"
+            key = f"e{len(events)}-{step}"
+            events[key] = event(
+                key,
+                at,
+                user=rng.choice(users),
+                name=name,
+                tr_total=str(rng.choice([1, 2.5, 10])) if name == "transaction" else None,
+            )
+            changed.add(day)
+        if step and rng.random() < 0.6:  # a user's events of one day deleted (as `forget` does)
+            gone = rng.choice(list(events.values()))
+            for key, row in list(events.items()):
+                if row["domain_userid"] == gone["domain_userid"] and (
+                    row["derived_tstamp"].date() == gone["derived_tstamp"].date()
+                ):
+                    del events[key]
+            changed.add(gone["derived_tstamp"].date())
+        daily = daily_aggregates(filtered(spark, events.values()), ["domain_userid"], DEFINITIONS)
+        replace_partitions(
+            spark,
+            daily.filter(daily[EVENT_DATE].isin(sorted(changed))),
+            tables.daily_aggregates,
+            EVENT_DATE,
+            sorted(changed),
+            [EVENT_DATE],
+        )
+        as_of += dt.timedelta(days=rng.choice([-2, 0, 1, 1, 3]) if step else 0)
+        result = attributes_step(spark, tables, config, as_of)
+        recomputed.append(result.metadata["recomputed"])
+        stored = spark.read.format("delta").load(tables.daily_aggregates)
+        expected = attrs.attributes(stored, as_of, (2, 5), DEFINITIONS)
+        got = _rows(spark.read.format("delta").load(tables.attributes))
+        assert got == _rows(expected), f"step {step}, as of {as_of}: {recomputed}"
+    assert recomputed[0] == "in full"
+    assert all(r.endswith(" users") for r in recomputed[1:]), recomputed
+    # Fewer users than the table holds were recomputed at least once.
+    assert any(int(r.split()[0]) < len(got) for r in recomputed[1:]), (recomputed, len(got))
