@@ -19,9 +19,11 @@ import dataclasses
 import datetime as dt
 import json
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from sessionize_assets.core.aggregates import EVENT_COUNTS, USER_IDENTIFIER, attribute_column
 from sessionize_assets.core.schema import EVENT_DATE
@@ -146,6 +148,29 @@ def summed_maps(maps: Column) -> Column:
 # with the new `as_of`.
 
 
+# Raised when `attributes()` computes any row differently: a stored table of an earlier
+# computation is then recomputed in full, not refreshed.
+COMPUTATION = 1
+
+
+def same_types(stored: StructType, computed: StructType) -> bool:
+    """The same column names and types, nullability aside (a table delta-rs wrote has every
+    field nullable)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                k: plain(v)
+                for k, v in value.items()
+                if k not in ("nullable", "containsNull", "valueContainsNull", "metadata")
+            }
+        if isinstance(value, list):
+            return [plain(v) for v in value]
+        return value
+
+    return plain(stored.jsonValue()) == plain(computed.jsonValue())
+
+
 def periods(windows: Sequence[int], definitions: Sequence[AttributeDefinition]) -> list[int]:
     """The N of every N-day period the attributes count over (windows and configured periods)."""
     days = {*windows, *(d.period_days for d in definitions if d.period_days is not None)}
@@ -159,6 +184,7 @@ def definition_fingerprint(
     another is recomputed in full."""
     return json.dumps(
         {
+            "computation": COMPUTATION,
             "windows": list(windows),
             "attributes": [dataclasses.asdict(d) for d in definitions],
         },

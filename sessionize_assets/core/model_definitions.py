@@ -31,8 +31,9 @@ SHAPING = (
 SHAPING_IN_MODE = {"gap": ("session_gap_minutes",), "id": ()}
 
 
-# The time-based models and the settings that shape their rows. `attributes` is not listed: it is
-# dropped and recomputed in full whenever it is materialized, so it never mixes two definitions.
+# The time-based models and the settings that shape their rows. `attributes` is not listed: its
+# commit records the definitions it was computed with, and it is recomputed in full when they
+# differ (core.attributes.definition_fingerprint), so it never mixes two definitions.
 # `start_date` is not either: it bounds which load days are processed, and a processed day
 # before a later start_date is not rewritten by any run (see docs/time_based.md).
 TIME_BASED_SHAPING: dict[str, tuple[str, ...]] = {

@@ -247,7 +247,7 @@ def build_assets(settings: Settings) -> list[AssetsDefinition]:
         deps=[AssetDep("daily_aggregates")],
         group_name=GROUP,
         kinds={"spark", "delta"},
-        description="Per user: lifetime and last-N-days metrics and configured attributes, dropped and recomputed.",
+        description="Per user: lifetime and last-N-days metrics and configured attributes, replaced whole; only the users whose rows can differ are aggregated again.",
     )
     def attributes(lake: LakeResource, spark: SparkDeltaResource) -> MaterializeResult:
         as_of = lake.current_time().date()

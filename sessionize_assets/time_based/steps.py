@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import logging
 import time
 import uuid
 from collections import defaultdict
@@ -48,6 +49,7 @@ from sessionize_assets.resources.delta import (
     delta_table,
     delta_version,
     exists,
+    live_rows,
     local_table,
     overwrite_from_driver,
     plain_protocol,
@@ -62,7 +64,6 @@ from sessionize_assets.resources.spark import fetch_arrow, persist_compact
 from sessionize_assets.settings import Settings
 from sessionize_assets.time_based.state import (
     TimeBasedState,
-    attributes_source,
     files_in,
     partition_counts,
     read_state,
@@ -689,13 +690,18 @@ def attributes_step(
     windows, definitions = settings.attribute_windows_days, settings.attributes
     fingerprint = attrs.definition_fingerprint(windows, definitions)
     touched = users_to_recompute(tables, version, as_of, fingerprint, windows, definitions)
-    if touched is None:
-        out = attrs.attributes(daily, as_of, windows, definitions)
-    else:
+    out = attrs.attributes(daily, as_of, windows, definitions)
+    if touched is not None:
         attributes_version, users = touched
         previous = read_version(spark, tables.attributes, attributes_version)
-        chosen = spark.createDataFrame(pa.table({agg.USER_IDENTIFIER: users}))
-        out = attrs.refreshed(previous, daily, chosen, as_of, windows, definitions)
+        # The stored columns of the types computed now (nullability aside), else in full.
+        if attrs.same_types(previous.select(*out.columns).schema, out.schema):
+            chosen = spark.createDataFrame(
+                pa.table({agg.USER_IDENTIFIER: pa.array(users, pa.string())})
+            )
+            out = attrs.refreshed(previous, daily, chosen, as_of, windows, definitions)
+        else:
+            touched = None
     source = json.dumps(
         {
             "daily_aggregates_version": version,
@@ -742,6 +748,11 @@ def attributes_step(
     )
 
 
+# The largest share of the stored users an attributes refresh recomputes; more, and it recomputes
+# every user (the refresh's delta-rs reads and its union would cost more than they save).
+REFRESH_MAX_SHARE = 0.5
+
+
 def users_to_recompute(
     tables: TimeBasedTables,
     version: int,
@@ -762,7 +773,14 @@ def users_to_recompute(
     attributes_table = delta_table(tables.attributes)
     if attributes_table is None or not plain_protocol(attributes_table):
         return None
-    recorded = attributes_source(tables.attributes)
+    # What the loaded version's own commit recorded (not a later one's).
+    last = attributes_table.history(1)
+    if not last or last[0].get("version") != attributes_table.version():
+        return None
+    try:
+        recorded = json.loads(last[0].get("userMetadata") or "{}")
+    except json.JSONDecodeError:
+        return None
     if recorded.get("definition") != fingerprint:
         return None
     stored_columns = pa.schema(attributes_table.schema().to_arrow()).names
@@ -782,7 +800,12 @@ def users_to_recompute(
             return None
         edges = attrs.edge_days(before_as_of, as_of, attrs.periods(windows, definitions))
         users = _users_on(after, days | edges) | _users_on(before, days)
-    except Exception:  # noqa: BLE001 - a version gone from the log, a vacuumed file: recompute
+    except Exception as error:  # noqa: BLE001 - a version gone from the log, a vacuumed file
+        logging.getLogger(__name__).warning("attributes recomputed in full: %s", error)
+        return None
+    # Most users (a `refresh` rewrote every day): the full recompute is cheaper than the refresh.
+    stored_rows = live_rows(attributes_table)
+    if stored_rows is None or len(users) > stored_rows * REFRESH_MAX_SHARE:
         return None
     return attributes_table.version(), sorted(users)
 

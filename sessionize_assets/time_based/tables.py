@@ -10,7 +10,8 @@
 - `daily_aggregate_horizons`: one row per event day: horizon, rows aggregated, the latest decision
   it saw, when, and whether it was a keyhole repair (all rows loaded so far).
 - `daily_aggregation_manifest`: per event day, rewritten from the state above.
-- `attributes`: dropped and recomputed; the commit records the daily_aggregates version and as_of.
+- `attributes`: replaced whole, only the users whose rows can differ aggregated again; the commit
+  records the daily_aggregates version, as_of and the definitions.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import math
 import random
 
 import pytest
@@ -17,6 +18,7 @@ from sessionize_assets.core.aggregates import daily_aggregates
 from sessionize_assets.core.schema import EVENT_DATE
 from sessionize_assets.resources.delta import replace_partitions
 from sessionize_assets.settings import AttributeDefinition, from_mapping
+from sessionize_assets.time_based import steps as time_based_steps
 from sessionize_assets.time_based.steps import attributes_step
 from sessionize_assets.time_based.tables import TimeBasedTables
 from sessionize_assets_tests.core.test_aggregates import filtered
@@ -59,6 +61,11 @@ DEFINITIONS = (
     AttributeDefinition(
         name="exit_page_4d", aggregation="last", property="page_url", period="last_4_days"
     ),
+    AttributeDefinition(name="landing_page", aggregation="first", property="page_url"),
+    AttributeDefinition(
+        name="smallest_order_3d", aggregation="min", property="tr_total", period="last_3_days"
+    ),
+    AttributeDefinition(name="apps", aggregation="distinct_list", property="app_id"),
 )
 
 
@@ -67,8 +74,16 @@ def _rows(df) -> dict:
 
 
 @pytest.mark.parametrize("seed", [5, 6])
-def test_refreshed_attributes_equal_a_full_recompute_after_every_write(spark, tmp_path, seed):
+def test_refreshed_attributes_equal_a_full_recompute_after_every_write(
+    spark, tmp_path, monkeypatch, seed
+):
     rng = random.Random(seed)
+    # Every refresh is taken, however many users it recomputes (the default share would send the
+    # larger ones of these small histories, where most users are new, to the full recompute);
+    # seed 6's tables are written by Spark, seed 5's by the driver.
+    monkeypatch.setattr(time_based_steps, "REFRESH_MAX_SHARE", math.inf)
+    if seed == 6:
+        monkeypatch.setattr(time_based_steps, "DRIVER_WRITE_ROWS", -1)
     config = dataclasses.replace(
         from_mapping({}), attribute_windows_days=(2, 5), attributes=DEFINITIONS
     )
@@ -90,6 +105,7 @@ def test_refreshed_attributes_equal_a_full_recompute_after_every_write(spark, tm
                 at,
                 user=rng.choice(users),
                 name=name,
+                app=rng.choice(["web", "mobile"]),
                 tr_total=str(rng.choice([1, 2.5, 10])) if name == "transaction" else None,
             )
             changed.add(day)
@@ -121,3 +137,38 @@ def test_refreshed_attributes_equal_a_full_recompute_after_every_write(spark, tm
     assert all(r.endswith(" users") for r in recomputed[1:]), recomputed
     # Fewer users than the table holds were recomputed at least once.
     assert any(int(r.split()[0]) < len(got) for r in recomputed[1:]), (recomputed, len(got))
+    # Nothing changed: no user is recomputed, and the table is what it was.
+    assert attributes_step(spark, tables, config, as_of).metadata["recomputed"] == "0 users"
+    assert _rows(spark.read.format("delta").load(tables.attributes)) == got
+    # Another definition under the same name (other events counted): recomputed in full.
+    other = dataclasses.replace(DEFINITIONS[0], event_names=("page_view",))
+    changed = dataclasses.replace(config, attributes=(other, *DEFINITIONS[1:]))
+    assert attributes_step(spark, tables, changed, as_of).metadata["recomputed"] == "in full"
+    # Back to the first definitions: the stored table records the other ones, so in full again.
+    assert attributes_step(spark, tables, config, as_of).metadata["recomputed"] == "in full"
+    # A month later, every user with rows in the last periods is recomputed: more than a share of
+    # 0 of the stored users is a full recompute, and with no limit it is a refresh.
+    later = as_of + dt.timedelta(days=30)
+    monkeypatch.setattr(time_based_steps, "REFRESH_MAX_SHARE", 0.0)
+    assert attributes_step(spark, tables, config, later).metadata["recomputed"] == "in full"
+    monkeypatch.setattr(time_based_steps, "REFRESH_MAX_SHARE", math.inf)
+    later += dt.timedelta(days=1)
+    assert attributes_step(spark, tables, config, later).metadata["recomputed"] == "0 users"
+    stored = spark.read.format("delta").load(tables.daily_aggregates)
+    expected = attrs.attributes(stored, later, (2, 5), DEFINITIONS)
+    assert _rows(spark.read.format("delta").load(tables.attributes)) == _rows(expected)
+
+
+def test_same_types_ignores_nullability_only() -> None:
+    from pyspark.sql import types as T
+
+    def schema(value: T.DataType, nullable: bool) -> T.StructType:
+        return T.StructType([T.StructField("m", value, nullable)])
+
+    counts = T.MapType(T.StringType(), T.LongType(), valueContainsNull=False)
+    loose = T.MapType(T.StringType(), T.LongType(), valueContainsNull=True)
+    assert attrs.same_types(schema(counts, False), schema(loose, True))
+    assert not attrs.same_types(
+        schema(counts, True), schema(T.MapType(T.StringType(), T.IntegerType()), True)
+    )
+    assert not attrs.same_types(schema(T.LongType(), True), schema(T.DoubleType(), True))
