@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sessionize_assets import faults
-from sessionize_assets.resources.spark import fetch_arrow
+from sessionize_assets.resources.spark import arrow_frame, fetch_arrow
 
 # --------------------------------------------------------------------- the Delta log (delta-rs)
 
@@ -252,7 +252,7 @@ def local_table(
             return None  # no partition named: nothing to read locally (the caller's own case)
     try:
         data = table.to_pyarrow_table(columns=names, partitions=filters)
-        return spark.createDataFrame(data, schema=schema)
+        return arrow_frame(spark, data, schema=schema)
     except Exception:  # noqa: BLE001 - a feature delta-rs cannot read, a column of another
         return None  # type than `schema` says: Spark reads the table (its own columns and types)
 
@@ -289,8 +289,69 @@ def local_changes(
                 return None
             batches.append(batch)
         data = pa.Table.from_batches(batches, schema=stream.schema)
-        return spark.createDataFrame(data.cast(_without_views(data.schema)))
+        return arrow_frame(spark, data.cast(_without_views(data.schema)))
     except Exception:  # noqa: BLE001 - Spark reads the feed and classifies the failure
+        return None
+
+
+# Tables of at most this many rows (by the Delta log) may be scanned whole by the driver for the
+# rows of some keys (`rows_by_key`): 0.4 s for the 407,669 rows of the 30-day benchmark home's
+# sessions, where each Spark scan of them in a small run took 0.5-1.8 s (docs/benchmarks.md,
+# "Session 33"). The scan keeps only the matching rows, but a batch of every column is in memory
+# at a time.
+DRIVER_SCAN_ROWS = 2_000_000
+
+
+def rows_by_key(
+    table: Any,
+    key: str,
+    keys: pa.Array,
+    *,
+    keep: bool = True,
+    columns: Sequence[str] | None = None,
+    limit: int | None = None,
+) -> pa.Table | None:
+    """The rows of the delta-rs `table` whose `key` is in `keys` (`keep=False`: every other row,
+    null keys included), with its `columns` (None: all) in the table's order, read by delta-rs
+    batch by batch and filtered in memory. No filter is pushed into the scan: pyarrow compares
+    it with each file's statistics in the file's own Arrow type, and delta-rs's MERGE writes
+    strings as string_view (see `append_if_new`).
+
+    None when the table is absent, needs a reader feature (deletion vectors, column mapping),
+    holds more than DRIVER_SCAN_ROWS rows by its Delta log (or a file has no row count), more
+    than `limit` rows match, or delta-rs fails to read it: the caller reads with Spark then."""
+    import pyarrow.compute as pc
+    from deltalake.exceptions import DeltaError
+
+    if table is None or table.protocol().min_reader_version > 1:
+        return None
+    stored = live_rows(table)
+    if stored is None or stored > DRIVER_SCAN_ROWS:
+        return None
+    try:
+        dataset = table.to_pyarrow_dataset()
+        wanted_columns = None if columns is None else set(columns)
+        names = [
+            f.name for f in dataset.schema if wanted_columns is None or f.name in wanted_columns
+        ]
+        if key not in dataset.schema.names or (
+            wanted_columns is not None and not wanted_columns <= set(names)
+        ):
+            return None
+        wanted = keys.cast(dataset.schema.field(key).type)
+        parts, matched = [], 0
+        for batch in dataset.to_batches(columns=list(dict.fromkeys([*names, key]))):
+            hit = pc.is_in(batch.column(key), value_set=wanted)  # a null key is never in it
+            part = batch.filter(hit if keep else pc.invert(hit)).select(names)
+            matched += part.num_rows
+            if limit is not None and matched > limit:
+                return None
+            if part.num_rows:
+                parts.append(part)
+        schema = pa.schema([dataset.schema.field(c) for c in names])
+        data = pa.Table.from_batches(parts, schema=schema)
+        return data.cast(_without_views(data.schema))
+    except (OSError, pa.ArrowException, ValueError, DeltaError):
         return None
 
 
@@ -610,6 +671,13 @@ def _same_type(kind: pa.DataType, other: pa.DataType) -> bool:
     without converting a value; Spark's writer merges or refuses the rest). Arrow's equality
     already ignores the names of list and map fields."""
     return _nullable_type(kind).equals(_nullable_type(other))
+
+
+def same_types(schema: pa.Schema, other: pa.Schema) -> bool:
+    """The same column names, in the same order, of the same types apart from nullability."""
+    return schema.names == other.names and all(
+        _same_type(a.type, b.type) for a, b in zip(schema, other, strict=True)
+    )
 
 
 def plain_protocol(table: Any) -> bool:

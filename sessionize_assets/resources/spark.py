@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from typing import Any
 
 import pyarrow as pa
 from dagster_pyspark import PySparkResource
@@ -165,6 +166,17 @@ def fetch_arrow(df: DataFrame) -> tuple[pa.Table, StructType]:
     # The types `toArrow` gives (it casts the same way, with the schema it asked for).
     arrow = to_arrow_schema(schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC")
     return table.cast(arrow), schema
+
+
+def arrow_frame(spark: SparkSession, table: pa.Table, schema: Any = None) -> DataFrame:
+    """A driver-local DataFrame of the Arrow `table` (`schema`: as `createDataFrame` takes it).
+
+    The table's empty record batches are dropped first: pyspark 4.2's classic `createDataFrame`
+    keeps only the batches before the first empty one that follows a non-empty one (batches of
+    1, 0 and 1 rows give a DataFrame of 1 row), and a delta-rs scan filtered in memory, or a
+    table put together from parts, can hold empty batches anywhere."""
+    batches = [b for b in table.to_batches() if b.num_rows]
+    return spark.createDataFrame(pa.Table.from_batches(batches, schema=table.schema), schema=schema)
 
 
 def persist_compact(

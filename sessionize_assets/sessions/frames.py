@@ -15,7 +15,12 @@ from pyspark.sql import functions as F
 
 from sessionize_assets.core import sessionize as core
 from sessionize_assets.resources.delta import temporary_conf
-from sessionize_assets.resources.spark import default_parallelism, fetch_arrow, persist_compact
+from sessionize_assets.resources.spark import (
+    arrow_frame,
+    default_parallelism,
+    fetch_arrow,
+    persist_compact,
+)
 from sessionize_assets.settings import Settings
 
 # Intermediate results up to this many rows become driver-local DataFrames (collected through
@@ -57,7 +62,7 @@ def localize(spark: SparkSession, df: DataFrame, limit: int | None = None) -> Da
     table, schema = fetch_arrow(kept.limit(limit + 1))
     if table.num_rows <= limit:
         kept.unpersist()
-        return spark.createDataFrame(table, schema=schema)
+        return arrow_frame(spark, table, schema=schema)
     return kept
 
 

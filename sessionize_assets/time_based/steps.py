@@ -58,9 +58,11 @@ from sessionize_assets.resources.delta import (
     replace_partitions,
     replace_partitions_from_driver,
     replace_small,
+    rows_by_key,
+    same_types,
     upsert_small,
 )
-from sessionize_assets.resources.spark import fetch_arrow, persist_compact
+from sessionize_assets.resources.spark import arrow_frame, fetch_arrow, persist_compact
 from sessionize_assets.settings import Settings
 from sessionize_assets.time_based.state import (
     TimeBasedState,
@@ -691,17 +693,6 @@ def attributes_step(
     fingerprint = attrs.definition_fingerprint(windows, definitions)
     touched = users_to_recompute(tables, version, as_of, fingerprint, windows, definitions)
     out = attrs.attributes(daily, as_of, windows, definitions)
-    if touched is not None:
-        attributes_version, users = touched
-        previous = read_version(spark, tables.attributes, attributes_version)
-        # The stored columns of the types computed now (nullability aside), else in full.
-        if attrs.same_types(previous.select(*out.columns).schema, out.schema):
-            chosen = spark.createDataFrame(
-                pa.table({agg.USER_IDENTIFIER: pa.array(users, pa.string())})
-            )
-            out = attrs.refreshed(previous, daily, chosen, as_of, windows, definitions)
-        else:
-            touched = None
     source = json.dumps(
         {
             "daily_aggregates_version": version,
@@ -709,16 +700,38 @@ def attributes_step(
             "definition": fingerprint,
         }
     )
+    refreshed_rows = None
+    if touched is not None:
+        attributes_version, users = touched
+        refreshed_rows = refreshed_on_driver(
+            spark, tables, version, attributes_version, users, as_of, windows, definitions
+        )
+        if refreshed_rows is None:
+            previous = read_version(spark, tables.attributes, attributes_version)
+            # The stored columns of the types computed now (nullability aside), else in full.
+            if attrs.same_types(previous.select(*out.columns).schema, out.schema):
+                chosen = spark.createDataFrame(
+                    pa.table({agg.USER_IDENTIFIER: pa.array(users, pa.string())})
+                )
+                out = attrs.refreshed(previous, daily, chosen, as_of, windows, definitions)
+            else:
+                touched = None
     _, read_actions = add_actions(tables.daily_aggregates, version)
     counts = [a["num_records"] for a in read_actions]
     rows_read = sum(n or 0 for n in counts)
-    # At most one row per user of daily_aggregates: few rows are committed by the driver (a file
-    # without a row count, statistics being off, leaves the size unknown: Spark writes).
-    on_driver = (
-        None not in counts
-        and rows_read <= DRIVER_WRITE_ROWS
-        and overwrite_from_driver(tables.attributes, fetch_arrow(out)[0], user_metadata=source)
-    )
+    if refreshed_rows is not None:
+        # Refreshed on the driver: its rows are in memory whatever their number.
+        on_driver = overwrite_from_driver(tables.attributes, refreshed_rows, user_metadata=source)
+        if not on_driver:
+            out = arrow_frame(spark, refreshed_rows)
+    else:
+        # At most one row per user of daily_aggregates: few rows are committed by the driver (a
+        # file without a row count, statistics being off, leaves the size unknown: Spark writes).
+        on_driver = (
+            None not in counts
+            and rows_read <= DRIVER_WRITE_ROWS
+            and overwrite_from_driver(tables.attributes, fetch_arrow(out)[0], user_metadata=source)
+        )
     if not on_driver:
         with faults.commit_of(tables.attributes):
             (
@@ -739,6 +752,13 @@ def attributes_step(
             "rows written": sum(a["num_records"] or 0 for a in written_actions),
             "written by": "the driver (delta-rs)" if on_driver else "Spark",
             "recomputed": "in full" if touched is None else f"{len(touched[1])} users",
+            "refreshed by": (
+                "-"
+                if touched is None
+                else "Spark"
+                if refreshed_rows is None
+                else "the driver (delta-rs)"
+            ),
             "as_of": as_of.isoformat(),
             "windows (days)": list(settings.attribute_windows_days),
             "configured attributes": [d.name for d in settings.attributes],
@@ -746,6 +766,49 @@ def attributes_step(
             "time taken (s)": round(time.monotonic() - started, 3),
         },
     )
+
+
+def refreshed_on_driver(
+    spark: SparkSession,
+    tables: TimeBasedTables,
+    version: int,
+    attributes_version: int,
+    users: Sequence[str],
+    as_of: dt.date,
+    windows: Sequence[int],
+    definitions: Sequence[Any],
+) -> pa.Table | None:
+    """`core.attributes.refreshed` with its reads and its union on the driver: the `users`' rows
+    of daily_aggregates at `version` and every other row of attributes at `attributes_version`
+    read by delta-rs (`rows_by_key`), only the users' rows aggregated by Spark (a driver-local
+    DataFrame), the kept rows given the new `as_of`. Spark's refresh scanned every daily row and
+    every stored row, and wrote the union (docs/benchmarks.md, "Session 33").
+
+    None when delta-rs does not read both tables (`rows_by_key`), or the stored columns' types
+    differ from the computed ones (nullability aside): the caller refreshes with Spark, or
+    recomputes in full."""
+    chosen = pa.array(users, pa.string())
+    kept = rows_by_key(
+        delta_table(tables.attributes, attributes_version), agg.USER_IDENTIFIER, chosen, keep=False
+    )
+    daily = rows_by_key(delta_table(tables.daily_aggregates, version), agg.USER_IDENTIFIER, chosen)
+    if kept is None or daily is None:
+        return None
+    columns = attrs.attribute_columns(windows, definitions)
+    if kept.column_names != columns:
+        return None
+    kept = kept.set_column(
+        columns.index("as_of"), "as_of", pa.array([as_of] * kept.num_rows, pa.date32())
+    )
+    if not users:
+        return kept
+    recomputed, _ = fetch_arrow(
+        attrs.attributes(arrow_frame(spark, daily), as_of, windows, definitions)
+    )
+    recomputed = recomputed.select(columns)
+    if not same_types(recomputed.schema, kept.schema):
+        return None
+    return pa.concat_tables([recomputed, kept.cast(recomputed.schema)])
 
 
 # The largest share of the stored users an attributes refresh recomputes; more, and it recomputes

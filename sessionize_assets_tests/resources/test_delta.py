@@ -441,3 +441,64 @@ def test_a_small_change_feed_is_read_by_the_driver_as_spark_reads_it(spark, tmp_
     assert local_changes(spark, path, 0, 4, ["k", "n", "d"], limit=3) is None
     assert local_changes(spark, path, 7, 9, ["k", "n", "d"]) is None
     assert local_changes(spark, str(tmp_path / "absent"), 0, 1, ["k"]) is None
+
+
+def test_rows_of_some_keys_are_read_by_the_driver_as_spark_reads_them(spark, tmp_path, monkeypatch):
+    """`rows_by_key`: the rows whose key is (or, `keep=False`, is not) in the keys, null keys
+    with the others, the columns asked for, in files Spark wrote and in files delta-rs's MERGE
+    wrote (strings as string_view); None above DRIVER_SCAN_ROWS, above the caller's limit, for a
+    key column the table lacks, or for a table that needs a reader feature."""
+    import datetime as dt
+
+    from deltalake import write_deltalake
+
+    from sessionize_assets.resources.delta import delta_table, rows_by_key
+    from sessionize_assets.resources.spark import arrow_frame
+
+    schema = "k string, n long, ts timestamp, m map<string,bigint>"
+    at = dt.datetime(2024, 3, 1, 12, tzinfo=dt.UTC)
+    path = str(tmp_path / "spark")
+    rows = [("a", 1, at, {"x": 1}), ("b", None, None, None), (None, 3, at, {}), ("c", 4, at, {})]
+    spark.createDataFrame(rows, schema).repartition(3).write.format("delta").save(path)
+    keys = pa.array(["a", "c", "zz"])
+
+    def by_spark(keep: bool) -> list:
+        stored = spark.read.format("delta").load(path)
+        kind = "left_semi" if keep else "left_anti"
+        chosen = spark.createDataFrame([(k,) for k in keys.to_pylist()], "k string")
+        return sorted(map(tuple, stored.join(chosen, "k", kind).collect()), key=str)
+
+    for keep in (True, False):
+        data = rows_by_key(delta_table(path), "k", keys, keep=keep)
+        assert data is not None and data.column_names == ["k", "n", "ts", "m"]
+        local = arrow_frame(spark, data, schema)
+        assert sorted(map(tuple, local.collect()), key=str) == by_spark(keep), keep
+    only = rows_by_key(delta_table(path), "k", keys, columns=["n", "k"])
+    assert only is not None and only.column_names == ["k", "n"]
+    assert sorted(only.column("n").to_pylist()) == [1, 4]
+    assert rows_by_key(delta_table(path), "k", keys, limit=1) is None
+    assert rows_by_key(delta_table(path), "k", keys, limit=2) is not None
+    assert rows_by_key(delta_table(path), "missing", keys) is None
+    assert rows_by_key(delta_table(path), "k", keys, columns=["k", "missing"]) is None
+    assert rows_by_key(None, "k", keys) is None
+    monkeypatch.setattr(delta, "DRIVER_SCAN_ROWS", 3)
+    assert rows_by_key(delta_table(path), "k", keys) is None
+    monkeypatch.undo()
+    # Files delta-rs's MERGE wrote: the strings come back as plain strings Spark takes.
+    views = str(tmp_path / "views")
+    write_deltalake(views, pa.table({"k": ["a", "b"], "v": [1, 2]}))
+    delta_table(views).merge(
+        pa.table({"k": ["a", "c"], "v": [5, 6]}),
+        predicate="t.k = s.k",
+        source_alias="s",
+        target_alias="t",
+    ).when_matched_update_all().when_not_matched_insert_all().execute()
+    data = rows_by_key(delta_table(views), "k", pa.array(["a", "c"]))
+    assert data is not None and data.schema.field("k").type == pa.string()
+    assert sorted(spark.createDataFrame(data).collect()) == [("a", 5), ("c", 6)]
+    # A table that needs a reader feature (deletion vectors) is Spark's to read.
+    dv = str(tmp_path / "dv")
+    spark.createDataFrame(rows, schema).write.format("delta").option(
+        "delta.enableDeletionVectors", "true"
+    ).save(dv)
+    assert rows_by_key(delta_table(dv), "k", keys) is None

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from sessionize_assets.core import attributes as attrs
 from sessionize_assets.core.aggregates import daily_aggregates
 from sessionize_assets.core.schema import EVENT_DATE
+from sessionize_assets.resources import delta
 from sessionize_assets.resources.delta import replace_partitions
 from sessionize_assets.settings import AttributeDefinition, from_mapping
 from sessionize_assets.time_based import steps as time_based_steps
@@ -80,10 +81,13 @@ def test_refreshed_attributes_equal_a_full_recompute_after_every_write(
     rng = random.Random(seed)
     # Every refresh is taken, however many users it recomputes (the default share would send the
     # larger ones of these small histories, where most users are new, to the full recompute);
-    # seed 6's tables are written by Spark, seed 5's by the driver.
+    # seed 6's tables are written and refreshed by Spark, seed 5's by the driver.
     monkeypatch.setattr(time_based_steps, "REFRESH_MAX_SHARE", math.inf)
+    refreshed_by = "the driver (delta-rs)"
     if seed == 6:
         monkeypatch.setattr(time_based_steps, "DRIVER_WRITE_ROWS", -1)
+        monkeypatch.setattr(delta, "DRIVER_SCAN_ROWS", -1)
+        refreshed_by = "Spark"
     config = dataclasses.replace(
         from_mapping({}), attribute_windows_days=(2, 5), attributes=DEFINITIONS
     )
@@ -129,6 +133,8 @@ def test_refreshed_attributes_equal_a_full_recompute_after_every_write(
         as_of += dt.timedelta(days=rng.choice([-2, 0, 1, 1, 3]) if step else 0)
         result = attributes_step(spark, tables, config, as_of)
         recomputed.append(result.metadata["recomputed"])
+        if step:
+            assert result.metadata["refreshed by"] == refreshed_by
         stored = spark.read.format("delta").load(tables.daily_aggregates)
         expected = attrs.attributes(stored, as_of, (2, 5), DEFINITIONS)
         got = _rows(spark.read.format("delta").load(tables.attributes))
