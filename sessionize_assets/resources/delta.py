@@ -304,44 +304,43 @@ DRIVER_SCAN_ROWS = 2_000_000
 
 def rows_by_key(
     table: Any,
-    key: str,
-    keys: pa.Array,
+    keys: Mapping[str, pa.Array],
     *,
     keep: bool = True,
     columns: Sequence[str] | None = None,
     limit: int | None = None,
 ) -> pa.Table | None:
-    """The rows of the delta-rs `table` whose `key` is in `keys` (`keep=False`: every other row,
-    null keys included), with its `columns` (None: all) in the table's order, read by delta-rs
-    batch by batch and filtered in memory. No filter is pushed into the scan: pyarrow compares
-    it with each file's statistics in the file's own Arrow type, and delta-rs's MERGE writes
-    strings as string_view (see `append_if_new`).
+    """The rows of the delta-rs `table` where any column of `keys` holds one of its values
+    (`keep=False`: every other row; a null never matches), with `columns` in that order (None:
+    every column, in the table's), read by delta-rs batch by batch and filtered in memory. No
+    filter is pushed into the scan: pyarrow compares it with each file's statistics in the
+    file's own Arrow type, and delta-rs's MERGE writes strings as string_view (see
+    `append_if_new`).
 
     None when the table is absent, needs a reader feature (deletion vectors, column mapping),
-    holds more than DRIVER_SCAN_ROWS rows by its Delta log (or a file has no row count), more
-    than `limit` rows match, or delta-rs fails to read it: the caller reads with Spark then."""
+    holds more than DRIVER_SCAN_ROWS rows by its Delta log (or a file has no row count), lacks a
+    column, more than `limit` rows match, or delta-rs fails to read it: the caller reads with
+    Spark then."""
     import pyarrow.compute as pc
     from deltalake.exceptions import DeltaError
 
-    if table is None or table.protocol().min_reader_version > 1:
+    if table is None or not keys or table.protocol().min_reader_version > 1:
         return None
     stored = live_rows(table)
     if stored is None or stored > DRIVER_SCAN_ROWS:
         return None
     try:
         dataset = table.to_pyarrow_dataset()
-        wanted_columns = None if columns is None else set(columns)
-        names = [
-            f.name for f in dataset.schema if wanted_columns is None or f.name in wanted_columns
-        ]
-        if key not in dataset.schema.names or (
-            wanted_columns is not None and not wanted_columns <= set(names)
-        ):
+        names = list(dataset.schema.names if columns is None else columns)
+        if not {*names, *keys} <= set(dataset.schema.names):
             return None
-        wanted = keys.cast(dataset.schema.field(key).type)
+        wanted = {c: v.cast(dataset.schema.field(c).type) for c, v in keys.items()}
         parts, matched = [], 0
-        for batch in dataset.to_batches(columns=list(dict.fromkeys([*names, key]))):
-            hit = pc.is_in(batch.column(key), value_set=wanted)  # a null key is never in it
+        for batch in dataset.to_batches(columns=list(dict.fromkeys([*names, *keys]))):
+            hits = [pc.is_in(batch.column(c), value_set=v) for c, v in wanted.items()]
+            hit = hits[0]
+            for more in hits[1:]:
+                hit = pc.or_(hit, more)
             part = batch.filter(hit if keep else pc.invert(hit)).select(names)
             matched += part.num_rows
             if limit is not None and matched > limit:

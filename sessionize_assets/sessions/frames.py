@@ -6,15 +6,23 @@ events left out per named rule.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sessionize_assets.core import sessionize as core
-from sessionize_assets.resources.delta import temporary_conf
+from sessionize_assets.resources.delta import (
+    delta_table,
+    rows_by_key,
+    schema_pairs,
+    table_or_empty,
+    temporary_conf,
+)
 from sessionize_assets.resources.spark import (
     arrow_frame,
     default_parallelism,
@@ -64,6 +72,48 @@ def localize(spark: SparkSession, df: DataFrame, limit: int | None = None) -> Da
         kept.unpersist()
         return arrow_frame(spark, table, schema=schema)
     return kept
+
+
+# At most this many keys are collected, and as many rows kept, for a driver read of a table's rows
+# of some keys (`keyed_rows`); more, and Spark reads the table.
+KEYED_ROWS = 200_000
+
+
+def key_values(df: DataFrame, column: str, limit: int | None = None) -> pa.Array | None:
+    """The distinct non-null values of `df`'s `column` (one round trip), or None when there
+    are more than `limit` rows (default KEYED_ROWS)."""
+    limit = KEYED_ROWS if limit is None else limit
+    data, _ = fetch_arrow(df.select(column).limit(limit + 1))
+    if data.num_rows > limit:
+        return None
+    return pc.unique(pc.drop_null(data.column(0).combine_chunks()))
+
+
+def keyed_rows(
+    spark: SparkSession, path: str, schema: str, keys: Mapping[str, DataFrame | pa.Array | None]
+) -> DataFrame:
+    """At least the rows of the table at `path` where any column of `keys` holds one of its
+    values: read by delta-rs into a driver-local DataFrame of the columns of `schema` when it
+    can (`resources.delta.rows_by_key`, at most KEYED_ROWS keys per column and rows), else the
+    whole table at its current version as `table_or_empty` reads it. The caller still joins
+    with its keys: this only spares Spark's scan of the whole table, 0.4-1.8 s per read of
+    `sessions` in a small run on the 30-day benchmark home (docs/benchmarks.md, "Session 33").
+    A key given as None (too many to collect) sends the read to Spark."""
+    table = delta_table(path)
+    if table is None:
+        return spark.createDataFrame([], schema)
+    arrays = {}
+    for column, values in keys.items():
+        if isinstance(values, DataFrame):
+            values = key_values(values, column)
+        if values is None:
+            return table_or_empty(spark, path, schema)
+        arrays[column] = values
+    names = [c for c, _ in schema_pairs(schema)]
+    rows = rows_by_key(table, arrays, columns=names, limit=KEYED_ROWS)
+    if rows is None:
+        return table_or_empty(spark, path, schema)
+    return arrow_frame(spark, rows, schema=schema)
 
 
 @contextmanager

@@ -35,7 +35,7 @@ from sessionize_assets.core.trees import fold_balanced
 from sessionize_assets.resources.delta import nulls_for, table_or_empty
 from sessionize_assets.resources.tables import QUARANTINED_SESSIONS, SUPERSEDED_SESSIONS
 from sessionize_assets.sessions.changes import Changes
-from sessionize_assets.sessions.frames import localize, window_filter
+from sessionize_assets.sessions.frames import keyed_rows, localize, window_filter
 from sessionize_assets.sessions.tables import LIFECYCLE_SCHEMA, QUARANTINED_SCHEMA
 from sessionize_assets.settings import Settings
 
@@ -73,11 +73,12 @@ class SessionMode(Protocol):
         self,
         spark: SparkSession,
         snapshot: DataFrame,
-        lifecycle: DataFrame,
+        lifecycle_path: str,
         changes: Changes,
         limits: RunLimits,
     ) -> Touched:
-        """The lifecycle rows, read ranges and events of the sessions the changes touch."""
+        """The lifecycle rows (of the manifest at `lifecycle_path`), read ranges and events of the
+        sessions the changes touch."""
         ...
 
     def sessionize(self, events: DataFrame, touched: Touched) -> core.Sessionized:
@@ -106,7 +107,9 @@ class SessionMode(Protocol):
         sessions, in the steps' side-table layout (see `steps.write_side_tables`)."""
         ...
 
-    def affected_users(self, changes: Changes, lifecycle: DataFrame) -> DataFrame:
+    def affected_users(
+        self, spark: SparkSession, changes: Changes, lifecycle_path: str
+    ) -> DataFrame:
         """Users whose sessions the changes can touch (user_identifier, distinct, non-null)."""
         ...
 
@@ -221,7 +224,7 @@ class IdMode:
         self,
         spark: SparkSession,
         snapshot: DataFrame,
-        lifecycle: DataFrame,
+        lifecycle_path: str,
         changes: Changes,
         limits: RunLimits,
     ) -> Touched:
@@ -229,6 +232,9 @@ class IdMode:
         earliest = min(limits.lower_limit, changes.min_usable or limits.lower_limit)
         bound = earliest - dt.timedelta(days=settings.session_lookback_days)
         keys = changed.select(F.col(core.SESSION_KEY).alias("session_identifier")).distinct()
+        lifecycle = keyed_rows(
+            spark, lifecycle_path, LIFECYCLE_SCHEMA, {"session_identifier": keys}
+        )
         old_lifecycle = localize(
             spark,
             lifecycle.filter(F.col("start_tstamp") >= F.lit(bound)).join(
@@ -283,8 +289,13 @@ class IdMode:
     ) -> list[DataFrame]:
         return []  # quarantined_sessions only grows; no ids are superseded
 
-    def affected_users(self, changes: Changes, lifecycle: DataFrame) -> DataFrame:
+    def affected_users(
+        self, spark: SparkSession, changes: Changes, lifecycle_path: str
+    ) -> DataFrame:
         keys = changes.usable.select(F.col(core.SESSION_KEY).alias("session_identifier")).distinct()
+        lifecycle = keyed_rows(
+            spark, lifecycle_path, LIFECYCLE_SCHEMA, {"session_identifier": keys}
+        )
         users = lifecycle.join(keys, "session_identifier", "left_semi").select("user_identifier")
         return users.filter(F.col("user_identifier").isNotNull()).distinct()
 
@@ -315,7 +326,7 @@ class GapMode:
         self,
         spark: SparkSession,
         snapshot: DataFrame,
-        lifecycle: DataFrame,
+        lifecycle_path: str,
         changes: Changes,
         limits: RunLimits,
     ) -> Touched:
@@ -323,6 +334,7 @@ class GapMode:
         # The changed users' lifecycle rows, read once: their chains of sessions bound each read
         # to the sessions it can touch, and the touched rows are taken from them.
         users = changed.select(F.col(core.USER_KEY).alias("user_identifier")).distinct()
+        lifecycle = keyed_rows(spark, lifecycle_path, LIFECYCLE_SCHEMA, {"user_identifier": users})
         theirs = localize(spark, lifecycle.join(users, "user_identifier", "left_semi"))
         chains = core.gap_chains(theirs, settings)
         ranges = localize(spark, core.gap_change_ranges(changed, settings, chains))
@@ -429,7 +441,9 @@ class GapMode:
         )
         return [side_part(removed, QUARANTINED_SESSIONS), superseded]
 
-    def affected_users(self, changes: Changes, lifecycle: DataFrame) -> DataFrame:
+    def affected_users(
+        self, spark: SparkSession, changes: Changes, lifecycle_path: str
+    ) -> DataFrame:
         users = changes.usable.select(F.col(core.USER_KEY).alias("user_identifier"))
         return users.filter(F.col("user_identifier").isNotNull()).distinct()
 

@@ -34,7 +34,6 @@ from sessionize_assets.resources.delta import (
     delta_version,
     live_rows,
     read_pinned,
-    table_or_empty,
 )
 from sessionize_assets.resources.tables import (
     FILTERED_EVENTS,
@@ -62,7 +61,7 @@ from sessionize_assets.sessions.steps import (
     rebuild_sessions,
     rebuild_user_model,
 )
-from sessionize_assets.sessions.tables import LIFECYCLE_SCHEMA, TablePath
+from sessionize_assets.sessions.tables import TablePath
 from sessionize_assets.settings import Settings
 
 
@@ -243,14 +242,13 @@ def _run_session_models(
                             outcome,
                         )
                     else:
-                        lifecycle = table_or_empty(
-                            spark, table_path(SESSIONS_LIFECYCLE_MANIFEST), LIFECYCLE_SCHEMA
-                        )
                         # The change set's users too, not only those whose sessions this run
                         # replaced: after a run stopped between its sessions commit and the
                         # manifest, a session it deleted is no longer in the table, so its user
                         # is in no replaced row, and only the change set still names them.
-                        users = mode.affected_users(changes, lifecycle)
+                        users = mode.affected_users(
+                            spark, changes, table_path(SESSIONS_LIFECYCLE_MANIFEST)
+                        )
                         if sessions_users is not None:
                             users = users.unionByName(
                                 sessions_users.select("user_identifier")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -19,6 +21,7 @@ from sessionize_assets.core import sessionize as core
 from sessionize_assets.core.clock import as_utc, from_micros
 from sessionize_assets.core.run_limits import RunLimits
 from sessionize_assets.resources.delta import (
+    delta_table,
     delta_version,
     ensure_table,
     merge,
@@ -26,10 +29,11 @@ from sessionize_assets.resources.delta import (
     nulls_for,
     overwrite,
     read_pinned,
+    rows_by_key,
     schema_pairs,
     table_or_empty,
 )
-from sessionize_assets.resources.spark import persist_compact
+from sessionize_assets.resources.spark import fetch_arrow, persist_compact
 from sessionize_assets.resources.tables import (
     FILTERED_EVENTS,
     QUARANTINED_SESSIONS,
@@ -40,7 +44,10 @@ from sessionize_assets.resources.tables import (
 )
 from sessionize_assets.sessions.changes import Changes
 from sessionize_assets.sessions.frames import (
+    KEYED_ROWS,
     add_counts,
+    key_values,
+    keyed_rows,
     localize,
     reason_counts,
     reasons_from,
@@ -84,9 +91,9 @@ def replace_sessions(
     Only the touched users' sessions starting at or after the earliest replaced or new session
     are read and renumbered; earlier ones keep their numbers (their count is the largest of them).
     """
-    target = table_or_empty(spark, path, SESSIONS_SCHEMA)
     replaced = replaced_ids.select("session_identifier").distinct()
     new = new_sessions.select(*[c for c in core.SESSION_COLUMNS if c != "session_number"])
+    target = stored_sessions_of(spark, path, replaced, new)
     old = target.join(replaced, "session_identifier", "left_semi").select(
         "user_identifier", "start_tstamp"
     )
@@ -196,6 +203,38 @@ def replace_sessions(
     )
 
 
+def stored_sessions_of(
+    spark: SparkSession, path: str, replaced: DataFrame, new: DataFrame
+) -> DataFrame:
+    """At least the stored sessions of the `replaced` and `new` ids and every session of their
+    users (the stored rows' and the new rows'), which is all `replace_sessions` joins with:
+    driver-local when delta-rs reads them (`frames.keyed_rows`: the ids' users first, from two
+    columns), else the whole table at its current version."""
+    table = delta_table(path)
+    ids = replaced.select(
+        "session_identifier", F.lit(None).cast("string").alias("user_identifier")
+    ).unionByName(new.select("session_identifier", "user_identifier"))
+    data, _ = fetch_arrow(ids.limit(KEYED_ROWS + 1))
+    if table is None or data.num_rows > KEYED_ROWS:
+        return table_or_empty(spark, path, SESSIONS_SCHEMA)
+    keys = pc.unique(pc.drop_null(data.column("session_identifier").combine_chunks()))
+    theirs = rows_by_key(
+        table, {"session_identifier": keys}, columns=["user_identifier"], limit=KEYED_ROWS
+    )
+    if theirs is None:
+        return table_or_empty(spark, path, SESSIONS_SCHEMA)
+    users = pa.chunked_array(
+        [
+            data.column("user_identifier").cast(pa.string()),
+            theirs.column("user_identifier").cast(pa.string()),
+        ]
+    ).combine_chunks()
+    users = pc.unique(pc.drop_null(users))
+    return keyed_rows(
+        spark, path, SESSIONS_SCHEMA, {"session_identifier": keys, "user_identifier": users}
+    )
+
+
 def process_sessions(
     spark: SparkSession,
     table_path: TablePath,
@@ -209,8 +248,8 @@ def process_sessions(
 ) -> DataFrame:
     """Recompute the sessions the changes touch and replace them. Returns the touched users
     (persisted; the caller unpersists)."""
-    lifecycle = table_or_empty(spark, table_path(SESSIONS_LIFECYCLE_MANIFEST), LIFECYCLE_SCHEMA)
-    touched = mode.touched(spark, snapshot, lifecycle, changes, limits)
+    lc_path = table_path(SESSIONS_LIFECYCLE_MANIFEST)
+    touched = mode.touched(spark, snapshot, lc_path, changes, limits)
     outcome.rows_read["lifecycle rows"] = touched.lifecycle_rows
     read = persist_compact(spark, core.with_reason(touched.read, settings))
     read_stats = read.agg(F.count(F.lit(1)).alias("n"), *reason_counts()).collect()[0]
@@ -240,7 +279,6 @@ def process_sessions(
     # (first-seen user, frozen quarantine); gap mode mirrors the sessions. Only the rows that
     # differ from the stored ones (`frames.without_unchanged`).
     update = mode.lifecycle_update(computed, touched.replaced_ids, write.fresh, write.deleted)
-    lc_path = table_path(SESSIONS_LIFECYCLE_MANIFEST)
     lifecycle_source = None
     lifecycle_written = 0
     if update.rows:
@@ -376,7 +414,9 @@ def process_user_model(
 ) -> None:
     """Recompute the model's rows of `users` from their sessions; users left without sessions go."""
     users = localize(spark, users)
-    sessions = table_or_empty(spark, table_path(SESSIONS), SESSIONS_SCHEMA)
+    # Their rows of sessions and of the model, read by the driver when it can (`keyed_rows`).
+    keys = {"user_identifier": key_values(users, "user_identifier")}
+    sessions = keyed_rows(spark, table_path(SESSIONS), SESSIONS_SCHEMA, keys)
     user_sessions = sessions.join(users, "user_identifier", "left_semi")
     # Computed once: the source's rows and the users left without any both use them.
     rows = localize(spark, user_model_rows(model, user_sessions))
@@ -395,7 +435,7 @@ def process_user_model(
     outcome.rows_read["sessions of touched users"] = int(counts["sessions"] or 0)
     outcome.touched = int(counts["n"] or 0)
     # Only the rows that differ from the stored ones (`frames.without_unchanged`).
-    stored = table_or_empty(spark, table_path(model), schema).join(
+    stored = keyed_rows(spark, table_path(model), schema, keys).join(
         users, "user_identifier", "left_semi"
     )
     changed = localize(

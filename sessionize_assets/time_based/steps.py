@@ -789,9 +789,13 @@ def refreshed_on_driver(
     recomputes in full."""
     chosen = pa.array(users, pa.string())
     kept = rows_by_key(
-        delta_table(tables.attributes, attributes_version), agg.USER_IDENTIFIER, chosen, keep=False
+        delta_table(tables.attributes, attributes_version),
+        {agg.USER_IDENTIFIER: chosen},
+        keep=False,
     )
-    daily = rows_by_key(delta_table(tables.daily_aggregates, version), agg.USER_IDENTIFIER, chosen)
+    daily = rows_by_key(
+        delta_table(tables.daily_aggregates, version), {agg.USER_IDENTIFIER: chosen}
+    )
     if kept is None or daily is None:
         return None
     columns = attrs.attribute_columns(windows, definitions)

@@ -444,8 +444,9 @@ def test_a_small_change_feed_is_read_by_the_driver_as_spark_reads_it(spark, tmp_
 
 
 def test_rows_of_some_keys_are_read_by_the_driver_as_spark_reads_them(spark, tmp_path, monkeypatch):
-    """`rows_by_key`: the rows whose key is (or, `keep=False`, is not) in the keys, null keys
-    with the others, the columns asked for, in files Spark wrote and in files delta-rs's MERGE
+    """`rows_by_key`: the rows whose key is (or, `keep=False`, is not) in the keys, or where any
+    of several key columns matches, null keys with the others, the columns asked for in their
+    order, in files Spark wrote and in files delta-rs's MERGE
     wrote (strings as string_view); None above DRIVER_SCAN_ROWS, above the caller's limit, for a
     key column the table lacks, or for a table that needs a reader feature."""
     import datetime as dt
@@ -469,20 +470,24 @@ def test_rows_of_some_keys_are_read_by_the_driver_as_spark_reads_them(spark, tmp
         return sorted(map(tuple, stored.join(chosen, "k", kind).collect()), key=str)
 
     for keep in (True, False):
-        data = rows_by_key(delta_table(path), "k", keys, keep=keep)
+        data = rows_by_key(delta_table(path), {"k": keys}, keep=keep)
         assert data is not None and data.column_names == ["k", "n", "ts", "m"]
         local = arrow_frame(spark, data, schema)
         assert sorted(map(tuple, local.collect()), key=str) == by_spark(keep), keep
-    only = rows_by_key(delta_table(path), "k", keys, columns=["n", "k"])
-    assert only is not None and only.column_names == ["k", "n"]
+    only = rows_by_key(delta_table(path), {"k": keys}, columns=["n", "k"])
+    assert only is not None and only.column_names == ["n", "k"]
     assert sorted(only.column("n").to_pylist()) == [1, 4]
-    assert rows_by_key(delta_table(path), "k", keys, limit=1) is None
-    assert rows_by_key(delta_table(path), "k", keys, limit=2) is not None
-    assert rows_by_key(delta_table(path), "missing", keys) is None
-    assert rows_by_key(delta_table(path), "k", keys, columns=["k", "missing"]) is None
-    assert rows_by_key(None, "k", keys) is None
+    # Any of several key columns: k in the keys, or n in its own.
+    either = rows_by_key(delta_table(path), {"k": keys, "n": pa.array([3, 99])}, columns=["n"])
+    assert either is not None and sorted(either.column("n").to_pylist()) == [1, 3, 4]
+    assert rows_by_key(delta_table(path), {}) is None
+    assert rows_by_key(delta_table(path), {"k": keys}, limit=1) is None
+    assert rows_by_key(delta_table(path), {"k": keys}, limit=2) is not None
+    assert rows_by_key(delta_table(path), {"missing": keys}) is None
+    assert rows_by_key(delta_table(path), {"k": keys}, columns=["k", "missing"]) is None
+    assert rows_by_key(None, {"k": keys}) is None
     monkeypatch.setattr(delta, "DRIVER_SCAN_ROWS", 3)
-    assert rows_by_key(delta_table(path), "k", keys) is None
+    assert rows_by_key(delta_table(path), {"k": keys}) is None
     monkeypatch.undo()
     # Files delta-rs's MERGE wrote: the strings come back as plain strings Spark takes.
     views = str(tmp_path / "views")
@@ -493,7 +498,7 @@ def test_rows_of_some_keys_are_read_by_the_driver_as_spark_reads_them(spark, tmp
         source_alias="s",
         target_alias="t",
     ).when_matched_update_all().when_not_matched_insert_all().execute()
-    data = rows_by_key(delta_table(views), "k", pa.array(["a", "c"]))
+    data = rows_by_key(delta_table(views), {"k": pa.array(["a", "c"])})
     assert data is not None and data.schema.field("k").type == pa.string()
     assert sorted(spark.createDataFrame(data).collect()) == [("a", 5), ("c", 6)]
     # A table that needs a reader feature (deletion vectors) is Spark's to read.
@@ -501,4 +506,4 @@ def test_rows_of_some_keys_are_read_by_the_driver_as_spark_reads_them(spark, tmp
     spark.createDataFrame(rows, schema).write.format("delta").option(
         "delta.enableDeletionVectors", "true"
     ).save(dv)
-    assert rows_by_key(delta_table(dv), "k", keys) is None
+    assert rows_by_key(delta_table(dv), {"k": keys}) is None

@@ -30,6 +30,7 @@ from sessionize_assets.resources import delta
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.sessions import changes as changes_module
 from sessionize_assets.sessions import frames
+from sessionize_assets.sessions import steps as session_steps
 from sessionize_assets_tests import reference_model as reference
 from sessionize_assets_tests.seeds import history_seeds, seed_id
 from sessionize_assets_tests.sessions.support import (
@@ -144,6 +145,7 @@ def test_caught_up_sessions_equal_a_full_recompute(
     if on_spark(mode, seed):
         monkeypatch.setattr(delta, "DRIVER_WRITE_ROWS", -1)
         monkeypatch.setattr(delta, "LOCAL_READ_ROWS", -1)
+        monkeypatch.setattr(delta, "DRIVER_SCAN_ROWS", -1)
         monkeypatch.setattr(frames, "LOCAL_ROWS", -1)
     # Which reader read filtered_events and its change feed (a failing local read falls back to
     # Spark quietly; this says whether the driver's reads were taken).
@@ -166,6 +168,18 @@ def test_caught_up_sessions_equal_a_full_recompute(
         return frame
 
     monkeypatch.setattr(changes_module, "local_changes", spied_feed)
+    # The session tables whose rows of some keys the driver read (`frames.keyed_rows`).
+    keyed_reads: set[str] = set()
+    read_keyed = delta.rows_by_key
+
+    def spied_keyed(table, *args, **kwargs):
+        rows = read_keyed(table, *args, **kwargs)
+        if rows is not None:
+            keyed_reads.add(str(table.table_uri).rstrip("/").rsplit("/", 1)[-1])
+        return rows
+
+    monkeypatch.setattr(frames, "rows_by_key", spied_keyed)
+    monkeypatch.setattr(session_steps, "rows_by_key", spied_keyed)
     home = tmp_path_factory.mktemp(f"equiv-{mode}") / "home"
     home.mkdir()
     s = make_settings(
@@ -223,6 +237,8 @@ def test_caught_up_sessions_equal_a_full_recompute(
     assert run_reads == (set() if on_spark(mode, seed) else {"filtered_events", "change feed"}), (
         local_reads
     )
+    keyed = {"sessions", "sessions_lifecycle_manifest", "users", "user_session_stats"}
+    assert keyed_reads == (set() if on_spark(mode, seed) else keyed), keyed_reads
     # The independent oracle (issue 19): the same tables from scratch, in plain Python, out of the
     # rows the steps left in filtered_events (sessionize_assets_tests/reference_model.py).
     problems, _ = reference_differences(
