@@ -111,6 +111,12 @@ class MemorySampler:
     workers) and keeps the peaks."""
 
     interval_s: float = 0.2
+    # Each wait is at least this many times the last sample's duration: reading `smaps_rollup`
+    # walks a process's page tables, and for a JVM of a few GiB one pass over the family took
+    # about 33 ms. Every 0.2 s that was 14 % of one core (py-spy of a warmed 5,000-event day on
+    # the 30-day home: 6.5 s of the sampler thread in a 35 s day), taken from the run it measured
+    # on this 2-core machine (docs/benchmarks.md, "Session 33"). At 20 times, at most 5 %.
+    cost_factor: float = 20.0
     # Other processes to count with this one's descendants (a warm engine and its children).
     roots: list[psutil.Process] = field(default_factory=list)
     peak_total: int = 0
@@ -148,9 +154,11 @@ class MemorySampler:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            started = time.monotonic()
             with contextlib.suppress(psutil.Error):
                 self.sample()
-            self._stop.wait(self.interval_s)
+            taken = time.monotonic() - started
+            self._stop.wait(max(self.interval_s, self.cost_factor * taken))
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="memory-sampler", daemon=True)
