@@ -211,11 +211,13 @@ def stored_sessions_of(
     driver-local when delta-rs reads them (`frames.keyed_rows`: the ids' users first, from two
     columns), else the whole table at its current version."""
     table = delta_table(path)
+    if table is None:
+        return table_or_empty(spark, path, SESSIONS_SCHEMA)
     ids = replaced.select(
         "session_identifier", F.lit(None).cast("string").alias("user_identifier")
     ).unionByName(new.select("session_identifier", "user_identifier"))
     data, _ = fetch_arrow(ids.limit(KEYED_ROWS + 1))
-    if table is None or data.num_rows > KEYED_ROWS:
+    if data.num_rows > KEYED_ROWS:
         return table_or_empty(spark, path, SESSIONS_SCHEMA)
     keys = pc.unique(pc.drop_null(data.column("session_identifier").combine_chunks()))
     theirs = rows_by_key(
