@@ -117,6 +117,9 @@ class MemorySampler:
     # the 30-day home: 6.5 s of the sampler thread in a 35 s day), taken from the run it measured
     # on this 2-core machine (docs/benchmarks.md, "Session 33"). At 20 times, at most 5 %.
     cost_factor: float = 20.0
+    # ...but never longer than this: under load a sample takes longer, and a peak of a busy
+    # phase would otherwise go unsampled for longer.
+    max_wait_s: float = 2.0
     # Other processes to count with this one's descendants (a warm engine and its children).
     roots: list[psutil.Process] = field(default_factory=list)
     peak_total: int = 0
@@ -158,7 +161,8 @@ class MemorySampler:
             with contextlib.suppress(psutil.Error):
                 self.sample()
             taken = time.monotonic() - started
-            self._stop.wait(max(self.interval_s, self.cost_factor * taken))
+            wait = max(self.interval_s, self.cost_factor * taken)
+            self._stop.wait(min(wait, self.max_wait_s))
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="memory-sampler", daemon=True)

@@ -915,10 +915,11 @@ def test_sql_executions_credits_each_scan_to_the_execution_whose_tasks_read_it()
 
 def test_the_memory_sampler_waits_in_proportion_to_what_a_sample_costs(monkeypatch):
     """A sample that takes 50 ms is followed by a wait of 20 times that (1 s), a cheap one by
-    the interval: the sampler's reads of `smaps_rollup` keep to a small share of a core."""
+    the interval, a slow one by at most 2 s: the sampler's reads of `smaps_rollup` keep to a
+    small share of a core."""
     from benchmarks import measure
 
-    clock = iter([0.0, 0.05, 1.05, 1.051, 2.0, 2.05])
+    clock = iter([0.0, 0.05, 1.05, 1.051, 2.0, 2.05, 3.0, 3.5])
     waits: list[float] = []
     sampler = measure.MemorySampler(interval_s=0.2)
     monkeypatch.setattr(measure.time, "monotonic", lambda: next(clock))
@@ -926,10 +927,10 @@ def test_the_memory_sampler_waits_in_proportion_to_what_a_sample_costs(monkeypat
 
     def wait(seconds: float) -> bool:
         waits.append(seconds)
-        if len(waits) == 3:
+        if len(waits) == 4:
             sampler._stop.set()
         return sampler._stop.is_set()
 
     monkeypatch.setattr(sampler._stop, "wait", wait)
     sampler._loop()
-    assert [round(w, 3) for w in waits] == [1.0, 0.2, 1.0]
+    assert [round(w, 3) for w in waits] == [1.0, 0.2, 1.0, 2.0]

@@ -297,8 +297,8 @@ def local_changes(
 # Tables of at most this many rows (by the Delta log) may be scanned whole by the driver for the
 # rows of some keys (`rows_by_key`): 0.4 s for the 407,669 rows of the 30-day benchmark home's
 # sessions, where each Spark scan of them in a small run took 0.5-1.8 s (docs/benchmarks.md,
-# "Session 33"). The scan keeps only the matching rows, but a batch of every column is in memory
-# at a time.
+# "Session 33"). The scan keeps only the matching rows, but holds a few batches of every column
+# at a time (pyarrow's read-ahead).
 DRIVER_SCAN_ROWS = 2_000_000
 
 

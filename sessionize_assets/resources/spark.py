@@ -176,6 +176,10 @@ def arrow_frame(spark: SparkSession, table: pa.Table, schema: Any = None) -> Dat
     1, 0 and 1 rows give a DataFrame of 1 row), and a delta-rs scan filtered in memory, or a
     table put together from parts, can hold empty batches anywhere."""
     batches = [b for b in table.to_batches() if b.num_rows]
+    if not batches:  # one empty batch: a column of no chunks fails the timestamp conversion
+        batches = [
+            pa.record_batch([pa.array([], type=f.type) for f in table.schema], schema=table.schema)
+        ]
     return spark.createDataFrame(pa.Table.from_batches(batches, schema=table.schema), schema=schema)
 
 

@@ -90,16 +90,21 @@ def key_values(df: DataFrame, column: str, limit: int | None = None) -> pa.Array
 
 
 def keyed_rows(
-    spark: SparkSession, path: str, schema: str, keys: Mapping[str, DataFrame | pa.Array | None]
+    spark: SparkSession,
+    path: str,
+    schema: str,
+    keys: Mapping[str, DataFrame | pa.Array | None],
+    version: int | None = None,
 ) -> DataFrame:
     """At least the rows of the table at `path` where any column of `keys` holds one of its
-    values: read by delta-rs into a driver-local DataFrame of the columns of `schema` when it
-    can (`resources.delta.rows_by_key`, at most KEYED_ROWS keys per column and rows), else the
+    values: read by delta-rs (at `version`, default the current one) into a driver-local
+    DataFrame of the columns of `schema` when it can (`resources.delta.rows_by_key`; at most
+    KEYED_ROWS keys collected from each DataFrame given, at most KEYED_ROWS rows kept), else the
     whole table at its current version as `table_or_empty` reads it. The caller still joins
     with its keys: this only spares Spark's scan of the whole table, 0.4-1.8 s per read of
     `sessions` in a small run on the 30-day benchmark home (docs/benchmarks.md, "Session 33").
     A key given as None (too many to collect) sends the read to Spark."""
-    table = delta_table(path)
+    table = delta_table(path, version)
     if table is None:
         return spark.createDataFrame([], schema)
     arrays = {}
@@ -113,7 +118,10 @@ def keyed_rows(
     rows = rows_by_key(table, arrays, columns=names, limit=KEYED_ROWS)
     if rows is None:
         return table_or_empty(spark, path, schema)
-    return arrow_frame(spark, rows, schema=schema)
+    try:
+        return arrow_frame(spark, rows, schema=schema)
+    except Exception:  # noqa: BLE001 - a stored type `schema` does not take: Spark reads the
+        return table_or_empty(spark, path, schema)  # table (its own types), as `local_table`
 
 
 @contextmanager

@@ -233,7 +233,11 @@ def stored_sessions_of(
     ).combine_chunks()
     users = pc.unique(pc.drop_null(users))
     return keyed_rows(
-        spark, path, SESSIONS_SCHEMA, {"session_identifier": keys, "user_identifier": users}
+        spark,
+        path,
+        SESSIONS_SCHEMA,
+        {"session_identifier": keys, "user_identifier": users},
+        version=table.version(),  # the version the users were read from
     )
 
 

@@ -768,6 +768,11 @@ def attributes_step(
     )
 
 
+# The most rows the driver's attributes refresh holds (the stored rows kept, and the chosen users'
+# daily rows): about 200 MB of Arrow for the benchmark's columns. Above, Spark refreshes.
+DRIVER_REFRESH_ROWS = 1_000_000
+
+
 def refreshed_on_driver(
     spark: SparkSession,
     tables: TimeBasedTables,
@@ -784,19 +789,25 @@ def refreshed_on_driver(
     DataFrame), the kept rows given the new `as_of`. Spark's refresh scanned every daily row and
     every stored row, and wrote the union (docs/benchmarks.md, "Session 33").
 
-    None when delta-rs does not read both tables (`rows_by_key`), or the stored columns' types
-    differ from the computed ones (nullability aside): the caller refreshes with Spark, or
-    recomputes in full."""
+    None when delta-rs does not read both tables (`rows_by_key`), either read holds more than
+    DRIVER_REFRESH_ROWS rows (they are in the driver's memory at once), or the stored columns'
+    types differ from the computed ones (nullability aside): the caller refreshes with Spark,
+    or recomputes in full."""
     chosen = pa.array(users, pa.string())
+    daily = rows_by_key(
+        delta_table(tables.daily_aggregates, version),
+        {agg.USER_IDENTIFIER: chosen},
+        limit=DRIVER_REFRESH_ROWS,
+    )
+    if daily is None:
+        return None
     kept = rows_by_key(
         delta_table(tables.attributes, attributes_version),
         {agg.USER_IDENTIFIER: chosen},
         keep=False,
+        limit=DRIVER_REFRESH_ROWS,
     )
-    daily = rows_by_key(
-        delta_table(tables.daily_aggregates, version), {agg.USER_IDENTIFIER: chosen}
-    )
-    if kept is None or daily is None:
+    if kept is None:
         return None
     columns = attrs.attribute_columns(windows, definitions)
     if kept.column_names != columns:
@@ -804,8 +815,7 @@ def refreshed_on_driver(
     kept = kept.set_column(
         columns.index("as_of"), "as_of", pa.array([as_of] * kept.num_rows, pa.date32())
     )
-    if not users:
-        return kept
+    # Computed even for no user: its schema is what the stored types are compared with.
     recomputed, _ = fetch_arrow(
         attrs.attributes(arrow_frame(spark, daily), as_of, windows, definitions)
     )

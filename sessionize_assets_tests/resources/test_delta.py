@@ -16,6 +16,21 @@ from sessionize_assets.resources.delta import (
 )
 
 
+def merged_by_delta_rs(path: str) -> str:
+    """A table of rows k a, b, c (v 5, 2, 6), the last written by delta-rs's MERGE: its files
+    hold strings as string_views."""
+    from deltalake import write_deltalake
+
+    write_deltalake(path, pa.table({"k": ["a", "b"], "v": [1, 2]}))
+    delta.delta_table(path).merge(
+        pa.table({"k": ["a", "c"], "v": [5, 6]}),
+        predicate="t.k = s.k",
+        source_alias="s",
+        target_alias="t",
+    ).when_matched_update_all().when_not_matched_insert_all().execute()
+    return path
+
+
 def test_skipping_pays_only_when_a_table_has_more_files_than_the_threshold():
     assert not skipping_pays([])
     assert not skipping_pays([None, 3, SKIPPING_MIN_FILES])
@@ -266,16 +281,7 @@ def test_a_merge_that_only_inserts_is_appended_by_the_driver(spark, tmp_path, mo
     assert not append_if_new(delta_table(path), other, "k")
     assert append_if_new(delta_table(path), rows.set_column(0, "k", pa.array(["x"])), "k")
     # A file delta-rs's MERGE wrote (its strings are string_views) is searched as well.
-    from deltalake import write_deltalake
-
-    path = str(tmp_path / "views")
-    write_deltalake(path, pa.table({"k": ["a", "b"], "v": [1, 2]}))
-    delta_table(path).merge(
-        pa.table({"k": ["a", "c"], "v": [5, 6]}),
-        predicate="t.k = s.k",
-        source_alias="s",
-        target_alias="t",
-    ).when_matched_update_all().when_not_matched_insert_all().execute()
+    path = merged_by_delta_rs(str(tmp_path / "views"))
     for k, appended in (("c", False), ("d", True)):
         row = pa.table({"k": [k], "v": [7], "_delete": [False]})
         assert append_if_new(delta_table(path), row, "k") == appended, k
@@ -451,8 +457,6 @@ def test_rows_of_some_keys_are_read_by_the_driver_as_spark_reads_them(spark, tmp
     key column the table lacks, or for a table that needs a reader feature."""
     import datetime as dt
 
-    from deltalake import write_deltalake
-
     from sessionize_assets.resources.delta import delta_table, rows_by_key
     from sessionize_assets.resources.spark import arrow_frame
 
@@ -490,14 +494,7 @@ def test_rows_of_some_keys_are_read_by_the_driver_as_spark_reads_them(spark, tmp
     assert rows_by_key(delta_table(path), {"k": keys}) is None
     monkeypatch.undo()
     # Files delta-rs's MERGE wrote: the strings come back as plain strings Spark takes.
-    views = str(tmp_path / "views")
-    write_deltalake(views, pa.table({"k": ["a", "b"], "v": [1, 2]}))
-    delta_table(views).merge(
-        pa.table({"k": ["a", "c"], "v": [5, 6]}),
-        predicate="t.k = s.k",
-        source_alias="s",
-        target_alias="t",
-    ).when_matched_update_all().when_not_matched_insert_all().execute()
+    views = merged_by_delta_rs(str(tmp_path / "views"))
     data = rows_by_key(delta_table(views), {"k": pa.array(["a", "c"])})
     assert data is not None and data.schema.field("k").type == pa.string()
     assert sorted(spark.createDataFrame(data).collect()) == [("a", 5), ("c", 6)]

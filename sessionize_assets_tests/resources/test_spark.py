@@ -140,3 +140,10 @@ def test_an_arrow_table_with_empty_batches_becomes_every_row(spark):
         for schema in (None, "x long"):
             got = sorted(r.x for r in arrow_frame(spark, data, schema).collect())
             assert got == rows, (data, schema)
+    # No batch at all, with a timestamp column (pyspark cannot convert a column of no chunks).
+    stamps = pa.schema(
+        [("t", pa.timestamp("us", tz="UTC")), ("m", pa.map_(pa.string(), pa.int64()))]
+    )
+    empty = pa.Table.from_batches([], schema=stamps)
+    assert arrow_frame(spark, empty).count() == 0
+    assert arrow_frame(spark, empty, "t timestamp, m map<string,bigint>").count() == 0

@@ -137,8 +137,13 @@ def test_refreshed_attributes_equal_a_full_recompute_after_every_write(
             assert result.metadata["refreshed by"] == refreshed_by
         stored = spark.read.format("delta").load(tables.daily_aggregates)
         expected = attrs.attributes(stored, as_of, (2, 5), DEFINITIONS)
-        got = _rows(spark.read.format("delta").load(tables.attributes))
+        written = spark.read.format("delta").load(tables.attributes)
+        got = _rows(written)
         assert got == _rows(expected), f"step {step}, as of {as_of}: {recomputed}"
+        # The columns, in order, of the full recompute's types, whoever wrote the table.
+        assert [(f.name, f.dataType.simpleString()) for f in written.schema] == [
+            (f.name, f.dataType.simpleString()) for f in expected.schema
+        ], step
     assert recomputed[0] == "in full"
     assert all(r.endswith(" users") for r in recomputed[1:]), recomputed
     # Fewer users than the table holds were recomputed at least once.
