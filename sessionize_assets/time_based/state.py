@@ -208,15 +208,27 @@ def read_aggregation_records(path: str) -> dict[dt.date, AggregationRecord]:
 
 
 def attributes_source(path: str) -> dict[str, Any]:
-    """What the last write of `attributes` recorded in its commit (daily_aggregates version, as_of)."""
-    table = delta_table(path)
+    """What the last write of `attributes` recorded in its commit (daily_aggregates version, as_of,
+    definitions)."""
+    recorded = recorded_source(delta_table(path))
+    return recorded if recorded is not None else {}
+
+
+def recorded_source(table: Any) -> dict[str, Any] | None:
+    """What the commit of the delta-rs `table`'s loaded version recorded (its `userMetadata`);
+    None when the table is absent, its last commit is not that version (a later one landed
+    after the load) or the metadata is not JSON."""
     if table is None:
-        return {}
+        return None
     history = table.history(1)
-    try:
-        return json.loads(history[0].get("userMetadata") or "{}") if history else {}
-    except json.JSONDecodeError:
+    if not history:
         return {}
+    if history[0].get("version") != table.version():
+        return None
+    try:
+        return json.loads(history[0].get("userMetadata") or "{}")
+    except json.JSONDecodeError:
+        return None
 
 
 def read_state(tables: TimeBasedTables) -> TimeBasedState:

@@ -69,6 +69,7 @@ from sessionize_assets.time_based.state import (
     files_in,
     partition_counts,
     read_state,
+    recorded_source,
     rows_in,
 )
 from sessionize_assets.time_based.tables import (
@@ -851,14 +852,8 @@ def users_to_recompute(
     if attributes_table is None or not plain_protocol(attributes_table):
         return None
     # What the loaded version's own commit recorded (not a later one's).
-    last = attributes_table.history(1)
-    if not last or last[0].get("version") != attributes_table.version():
-        return None
-    try:
-        recorded = json.loads(last[0].get("userMetadata") or "{}")
-    except json.JSONDecodeError:
-        return None
-    if recorded.get("definition") != fingerprint:
+    recorded = recorded_source(attributes_table)
+    if recorded is None or recorded.get("definition") != fingerprint:
         return None
     stored_columns = pa.schema(attributes_table.schema().to_arrow()).names
     if stored_columns != attrs.attribute_columns(windows, definitions):
