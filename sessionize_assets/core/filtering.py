@@ -119,6 +119,37 @@ def ids_needing_a_decision(
     )
 
 
+Key = tuple[dt.date, str | None, int, int]  # (load_date, event_id, mine, held): `window_keys`'
+
+
+def decisions_needed(
+    keys: Iterable[Key], dedupe_lookback_days: int
+) -> list[tuple[dt.date, str, bool]]:
+    """`ids_needing_a_decision` in plain Python, for keys few enough to hold on the driver:
+    `(load_date, event_id, seen_before)` for each (id, load day) of `keys` flagged mine that is
+    copied within its load day (seen_before False) or held by a key flagged held in one of the
+    `dedupe_lookback_days` load days before it (True). Null ids never need one. Sorted by id,
+    then load day."""
+    per_id: dict[str, dict[dt.date, list[int]]] = defaultdict(dict)
+    for load_day, event_id, mine, held in keys:
+        if event_id is None:
+            continue
+        counts = per_id[event_id].setdefault(load_day, [0, 0])
+        counts[0] += mine
+        counts[1] = max(counts[1], held)
+    out = []
+    look_back = dt.timedelta(days=dedupe_lookback_days)
+    for event_id in sorted(per_id):
+        latest_held: dt.date | None = None  # over the id's earlier load days
+        for load_day, (copies, held) in sorted(per_id[event_id].items()):
+            seen = latest_held is not None and latest_held >= load_day - look_back
+            if copies > 0 and (copies > 1 or seen):
+                out.append((load_day, event_id, seen))
+            if held:
+                latest_held = load_day
+    return out
+
+
 def mark_rows(
     load_day_rows: DataFrame,
     earlier_rows: DataFrame | None,

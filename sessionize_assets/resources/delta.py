@@ -219,20 +219,17 @@ def read_pinned(
     return local if local is not None else read_version(spark, path, version)
 
 
-def local_table(
-    spark: SparkSession,
+def local_arrow(
     table: Any,
     schema: str | None = None,
     *,
     columns: Iterable[str] | None = None,
     partitions: Partitions | None = None,
-) -> DataFrame | None:
+) -> pa.Table | None:
     """The delta-rs `table`'s columns of `schema` (else those of `columns` it has, else all, in
-    the table's order: the types follow from Arrow's, which are Spark's for this project's
-    tables; a `timestamp_ntz` would read as `timestamp`), the rows of `partitions` only when
-    given, as a driver-local DataFrame when those rows are at most LOCAL_READ_ROWS by the Delta
-    log (None otherwise, when a file has no row count, when a column of `schema` is missing, or
-    when delta-rs cannot read the table: Spark reads it then)."""
+    the table's order), the rows of `partitions` only when given, read by the driver as Arrow when
+    those rows are at most LOCAL_READ_ROWS by the Delta log (None otherwise, when a file has no
+    row count, when a column of `schema` is missing, or when delta-rs cannot read the table)."""
     rows = live_rows(table, partitions)
     if rows is None or rows > LOCAL_READ_ROWS:
         return None
@@ -246,15 +243,40 @@ def local_table(
         names = [c for c in available if c in wanted]
     filters = None
     if partitions is not None:
-        column, days = partitions
-        filters = [(column, "in", sorted({d.isoformat() for d in days}))]
+        filters = _partition_filters(partitions)
         if not filters[0][2]:
             return None  # no partition named: nothing to read locally (the caller's own case)
     try:
-        data = table.to_pyarrow_table(columns=names, partitions=filters)
+        return table.to_pyarrow_table(columns=names, partitions=filters)
+    except Exception:  # noqa: BLE001 - a feature delta-rs cannot read: Spark reads the table
+        return None
+
+
+def _partition_filters(partitions: Partitions) -> list[tuple[str, str, list[str]]]:
+    """delta-rs' tuple filter for the files of `partitions` (a date column's ISO values)."""
+    column, days = partitions
+    return [(column, "in", sorted({d.isoformat() for d in days}))]
+
+
+def local_table(
+    spark: SparkSession,
+    table: Any,
+    schema: str | None = None,
+    *,
+    columns: Iterable[str] | None = None,
+    partitions: Partitions | None = None,
+) -> DataFrame | None:
+    """`local_arrow`'s rows as a driver-local DataFrame (the types follow from Arrow's, which
+    are Spark's for this project's tables; a `timestamp_ntz` would read as `timestamp`); None when
+    `local_arrow` reads nothing or Spark refuses a column of another type than `schema` says:
+    Spark reads the table then (its own columns and types)."""
+    data = local_arrow(table, schema, columns=columns, partitions=partitions)
+    if data is None:
+        return None
+    try:
         return arrow_frame(spark, data, schema=schema)
-    except Exception:  # noqa: BLE001 - a feature delta-rs cannot read, a column of another
-        return None  # type than `schema` says: Spark reads the table (its own columns and types)
+    except Exception:  # noqa: BLE001 - see the docstring
+        return None
 
 
 def local_changes(
@@ -302,6 +324,15 @@ def local_changes(
 DRIVER_SCAN_ROWS = 2_000_000
 
 
+def distinct_values(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """The distinct non-null values of an Arrow column (the keys `rows_by_key` takes)."""
+    import pyarrow.compute as pc
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    return pc.unique(pc.drop_null(column))
+
+
 def rows_by_key(
     table: Any,
     keys: Mapping[str, pa.Array],
@@ -309,8 +340,10 @@ def rows_by_key(
     keep: bool = True,
     columns: Sequence[str] | None = None,
     limit: int | None = None,
+    partitions: Partitions | None = None,
 ) -> pa.Table | None:
-    """The rows of the delta-rs `table` where any column of `keys` holds one of its values
+    """The rows of the delta-rs `table` (of `partitions` only, when given) where any column of
+    `keys` holds one of its values
     (`keep=False`: every other row; a null never matches), with `columns` in that order (None:
     every column, in the table's), read by delta-rs batch by batch and filtered in memory. No
     filter is pushed into the scan: pyarrow compares it with each file's statistics in the
@@ -318,19 +351,27 @@ def rows_by_key(
     `append_if_new`).
 
     None when the table is absent, needs a reader feature (deletion vectors, column mapping),
-    holds more than DRIVER_SCAN_ROWS rows by its Delta log (or a file has no row count), lacks a
-    column, more than `limit` rows match, or delta-rs fails to read it: the caller reads with
-    Spark then."""
+    holds more than DRIVER_SCAN_ROWS rows (in `partitions`) by its Delta log (or a file has no
+    row count), lacks a column, more than `limit` rows match, or delta-rs fails to read it (logged
+    as a warning): the caller reads with Spark then."""
     import pyarrow.compute as pc
     from deltalake.exceptions import DeltaError
 
     if table is None or not keys or table.protocol().min_reader_version > 1:
         return None
-    stored = live_rows(table)
+    stored = live_rows(table, partitions)
     if stored is None or stored > DRIVER_SCAN_ROWS:
         return None
     try:
-        dataset = table.to_pyarrow_dataset()
+        pruning = None if partitions is None else _partition_filters(partitions)
+        if pruning is not None and not pruning[0][2]:  # no partition: no file, no row
+            schema = pa.schema(table.schema().to_arrow())
+            names = list(schema.names if columns is None else columns)
+            if not {*names, *keys} <= set(schema.names):
+                return None
+            empty = pa.schema([schema.field(c) for c in names]).empty_table()
+            return empty.cast(_without_views(empty.schema))
+        dataset = table.to_pyarrow_dataset(file_pruning_predicate=pruning)
         names = list(dataset.schema.names if columns is None else columns)
         if not {*names, *keys} <= set(dataset.schema.names):
             return None
@@ -350,7 +391,10 @@ def rows_by_key(
         schema = pa.schema([dataset.schema.field(c) for c in names])
         data = pa.Table.from_batches(parts, schema=schema)
         return data.cast(_without_views(data.schema))
-    except (OSError, pa.ArrowException, ValueError, DeltaError):
+    except (OSError, pa.ArrowException, ValueError, DeltaError) as error:
+        logging.getLogger(__name__).warning(
+            "delta-rs could not read %s by key (%s); Spark reads it", table.table_uri, error
+        )
         return None
 
 

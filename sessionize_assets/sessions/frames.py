@@ -11,13 +11,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sessionize_assets.core import sessionize as core
 from sessionize_assets.resources.delta import (
     delta_table,
+    distinct_values,
     rows_by_key,
     schema_pairs,
     table_or_empty,
@@ -86,7 +86,7 @@ def key_values(df: DataFrame, column: str, limit: int | None = None) -> pa.Array
     data, _ = fetch_arrow(df.select(column).limit(limit + 1))
     if data.num_rows > limit:
         return None
-    return pc.unique(pc.drop_null(data.column(0).combine_chunks()))
+    return distinct_values(data.column(0))
 
 
 def keyed_rows(

@@ -12,7 +12,6 @@ import datetime as dt
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -23,6 +22,7 @@ from sessionize_assets.core.run_limits import RunLimits
 from sessionize_assets.resources.delta import (
     delta_table,
     delta_version,
+    distinct_values,
     ensure_table,
     merge,
     newest_value,
@@ -219,19 +219,20 @@ def stored_sessions_of(
     data, _ = fetch_arrow(ids.limit(KEYED_ROWS + 1))
     if data.num_rows > KEYED_ROWS:
         return table_or_empty(spark, path, SESSIONS_SCHEMA)
-    keys = pc.unique(pc.drop_null(data.column("session_identifier").combine_chunks()))
+    keys = distinct_values(data.column("session_identifier"))
     theirs = rows_by_key(
         table, {"session_identifier": keys}, columns=["user_identifier"], limit=KEYED_ROWS
     )
     if theirs is None:
         return table_or_empty(spark, path, SESSIONS_SCHEMA)
-    users = pa.chunked_array(
-        [
-            data.column("user_identifier").cast(pa.string()),
-            theirs.column("user_identifier").cast(pa.string()),
-        ]
-    ).combine_chunks()
-    users = pc.unique(pc.drop_null(users))
+    users = distinct_values(
+        pa.chunked_array(
+            [
+                data.column("user_identifier").cast(pa.string()),
+                theirs.column("user_identifier").cast(pa.string()),
+            ]
+        )
+    )
     return keyed_rows(
         spark,
         path,

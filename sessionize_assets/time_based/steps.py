@@ -12,7 +12,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,8 +48,10 @@ from sessionize_assets.resources.delta import (
     data_skipping_when_it_pays,
     delta_table,
     delta_version,
+    distinct_values,
     exists,
     live_rows,
+    local_arrow,
     local_table,
     overwrite_from_driver,
     plain_protocol,
@@ -162,14 +164,43 @@ def _filtered_events(
         raise RuntimeError(f"the events table at {tables.events} does not exist")
     # One version of `events` for every read below (the counts, the reach check and the write
     # must see the same rows), at or after the fingerprints read above. Every read below is of
-    # the load days first..last: read by the driver when the Delta log counts few rows in them.
-    window_days = [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
-    events = local_table(
-        spark, delta_table(tables.events, events_version), partitions=(LOAD_DATE, window_days)
-    )
-    result.metadata["events read by"] = "the driver (delta-rs)" if events is not None else "Spark"
-    if events is None:
-        events = read_version(spark, tables.events, events_version)
+    # the load days first..last.
+    events_at = delta_table(tables.events, events_version)
+    on_driver = _decisions_on_driver(spark, events_at, days, first, n)
+    if on_driver is not None:
+        # Few load day rows: they and the look-back keys of their ids are read by the driver,
+        # which decides which ids need a decision (`filtering.decisions_needed`); Spark reads
+        # `events` only if a later load day's reach must be checked.
+        rows, care = on_driver
+        result.metadata["events read by"] = "the driver (delta-rs)"
+        marked = filtering.mark_rows(
+            rows,
+            None,
+            n,
+            app_ids=settings.app_ids,
+            event_names=settings.event_names,
+            start_date=settings.start_date,
+            care=care,
+        )
+        marked = persist_compact(spark, marked, StorageLevel.MEMORY_AND_DISK_DESER)
+        try:
+            return _filter_and_write(
+                spark,
+                tables,
+                settings,
+                days,
+                marked,
+                lambda: read_version(spark, tables.events, events_version),
+                state,
+                fingerprints,
+                result,
+                started,
+            )
+        finally:
+            marked.unpersist()
+    # Else Spark reads the window (a driver read of it would hold more rows than the load days').
+    result.metadata["events read by"] = "Spark"
+    events = read_version(spark, tables.events, events_version)
     # Marking reads the keys of the load days and their look-back days once (two columns, one
     # shuffle); the ids that need a decision are kept (a few percent of the keys). The load days'
     # rows are then read by the counts and the write: kept at full width while they are small
@@ -201,12 +232,78 @@ def _filtered_events(
         marked = persist_compact(spark, marked, StorageLevel.MEMORY_AND_DISK_DESER)
     try:
         return _filter_and_write(
-            spark, tables, settings, days, marked, events, state, fingerprints, result, started
+            spark,
+            tables,
+            settings,
+            days,
+            marked,
+            lambda: events,
+            state,
+            fingerprints,
+            result,
+            started,
         )
     finally:
         if cached:
             marked.unpersist()
         care.unpersist()
+
+
+def _decisions_on_driver(
+    spark: SparkSession,
+    events: Any,
+    days: Sequence[dt.date],
+    first: dt.date,
+    dedupe_lookback_days: int,
+) -> tuple[DataFrame, DataFrame] | None:
+    """The load days' rows of the delta-rs `events` table (driver-local, full width) and the
+    ids among them that need a decision (`filtering.ids_needing_a_decision`'s rows, driver-local),
+    decided by the driver from the load days' keys and the look-back keys that hold their ids:
+    load days first..max(days) - 1 not processed here, read by delta-rs (`rows_by_key`), so
+    Spark neither reads `events` nor shuffles a key.
+
+    None when the load days hold more than LOCAL_READ_ROWS rows, or delta-rs does not read
+    them or the look-back keys (`local_arrow`, `rows_by_key`): Spark marks the rows then."""
+    if events is None:
+        return None
+    rows = local_arrow(events, partitions=(LOAD_DATE, days))
+    if rows is None or "event_id" not in rows.column_names:
+        return None
+    last = max(days)
+    look_back_days = [
+        day
+        for day in (first + dt.timedelta(days=i) for i in range((last - first).days))
+        if day not in days
+    ]
+    held: pa.Table | None = pa.table({LOAD_DATE: pa.array([], pa.date32()), "event_id": []})
+    if dedupe_lookback_days > 0 and look_back_days:
+        held = rows_by_key(
+            events,
+            {"event_id": distinct_values(rows.column("event_id"))},
+            columns=[LOAD_DATE, "event_id"],
+            partitions=(LOAD_DATE, look_back_days),
+        )
+    if held is None:
+        return None
+    mine = zip(rows.column(LOAD_DATE).to_pylist(), rows.column("event_id").to_pylist(), strict=True)
+    theirs = zip(
+        held.column(LOAD_DATE).to_pylist(), held.column("event_id").to_pylist(), strict=True
+    )
+    decided = filtering.decisions_needed(
+        [
+            *((day, event_id, 1, int(day < last)) for day, event_id in mine),
+            *((day, event_id, 0, 1) for day, event_id in theirs),
+        ],
+        dedupe_lookback_days,
+    )
+    care = pa.table(
+        {
+            LOAD_DATE: pa.array([d for d, _, _ in decided], pa.date32()),
+            "event_id": pa.array([i for _, i, _ in decided], pa.string()),
+            filtering.SEEN_BEFORE: pa.array([s for _, _, s in decided], pa.bool_()),
+        }
+    )
+    return arrow_frame(spark, rows), arrow_frame(spark, care)
 
 
 def _filter_and_write(
@@ -215,14 +312,15 @@ def _filter_and_write(
     settings: Settings,
     days: list[dt.date],
     marked: DataFrame,
-    events: DataFrame,
+    events_of: Callable[[], DataFrame],
     state: TimeBasedState,
     fingerprints: dict[dt.date, str],
     result: StepResult,
     started: float,
 ) -> StepResult:
-    """`filtered_events_step` once its rows are marked: count, find the later load days reached,
-    write, record the accounting (in `result`)."""
+    """`filtered_events_step` once its rows are marked: count, find the later load days reached
+    (in `events_of()`: the raw rows, read only then), write, record the accounting (in
+    `result`)."""
     n = settings.dedupe_lookback_days
     first, last = days[0] - dt.timedelta(days=n), days[-1] + dt.timedelta(days=n)
     previous = state.accounting
@@ -249,7 +347,7 @@ def _filter_and_write(
             ids = ids.unionByName(
                 old.filter(F.col(LOAD_DATE).isin(changed)).select(LOAD_DATE, "event_id")
             )
-        later = events.filter(F.col(LOAD_DATE).isin(later_materialized))
+        later = events_of().filter(F.col(LOAD_DATE).isin(later_materialized))
         reached = sorted(r[LOAD_DATE] for r in filtering.load_days_reached(ids, later, n).collect())
     # Files clustered by user within each (load day, event day): the session branch's reads
     # of a few users' late events open few files (`core.filtering.clustered_by_user`).

@@ -19,6 +19,7 @@ from sessionize_assets.core.filtering import (
     DUPLICATE,
     EVENT_FILTER,
     accounting,
+    decisions_needed,
     duplicate_copies,
     duplicate_event_ids,
     duplicate_event_ids_touching,
@@ -402,6 +403,40 @@ def test_marking_equals_the_rules_in_plain_python_on_random_histories(spark, see
     got = outcomes(mark_rows(frame, frame, 2, app_ids=["web"]))
     assert got == reference_outcomes(rows, 2, ["web"])
     assert sum(v == DUPLICATE for v in got.values()) > 50  # the history does exercise the rules
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_the_drivers_decisions_are_sparks_on_the_same_keys(spark, seed: int) -> None:
+    """`decisions_needed` (plain Python, for the few keys of a small load day) against
+    `ids_needing_a_decision` (Spark) on random keys: ids copied within a load day, held by
+    earlier load days inside and outside the look-back, null ids, several processed days."""
+    rng = random.Random(seed)
+    lookback = rng.choice([0, 1, 2, 3])
+    days = sorted(rng.sample(range(1, 9), rng.choice([1, 2, 3])))
+    processed = [dt.date(2024, 3, d) for d in days]
+    last = max(processed)
+    keys = []
+    for _ in range(400):
+        day = dt.date(2024, 3, rng.randrange(1, 10))
+        if day > last:
+            continue  # after the last processed day: neither mine nor held (`window_keys`)
+        event_id = rng.choice([None, *(f"e{i}" for i in range(60))])
+        keys.append((day, event_id, int(day in processed), int(day < last)))
+    frame = spark.createDataFrame(keys, "load_date date, event_id string, _mine int, _held int")
+    mine = frame.filter("_mine = 1")
+    for few in (False, True):
+        expected = sorted(
+            (r.event_id, r.load_date, r._seen_before)
+            for r in ids_needing_a_decision(
+                mine, frame, lookback, keys=frame, few_load_day_rows=few
+            ).collect()
+        )
+        got = sorted((i, d, s) for d, i, s in decisions_needed(keys, lookback))
+        assert got == expected, (seed, lookback, processed, few)
+    decided = decisions_needed(keys, lookback)
+    # The draws exercise both kinds of decision (a copy within the day; a copy held before).
+    assert any(not s for _, _, s in decided) and (lookback == 0 or any(s for _, _, s in decided))
+    assert all(s is False for _, _, s in decisions_needed(keys, 0))
 
 
 def shuffled_rows(df: DataFrame) -> list[tuple[int, int]]:

@@ -504,3 +504,33 @@ def test_rows_of_some_keys_are_read_by_the_driver_as_spark_reads_them(spark, tmp
         "delta.enableDeletionVectors", "true"
     ).save(dv)
     assert rows_by_key(delta_table(dv), {"k": keys}) is None
+
+
+def test_rows_of_some_keys_in_some_partitions_are_read_by_the_driver(spark, tmp_path, monkeypatch):
+    """`rows_by_key(..., partitions=)`: only the files of the partitions named are read (rows of
+    the same keys elsewhere are left out), DRIVER_SCAN_ROWS counts the rows of those partitions
+    only, and no partition named reads nothing (an empty table of the columns asked for)."""
+    import datetime as dt
+
+    from sessionize_assets.resources.delta import delta_table, rows_by_key
+
+    path = str(tmp_path / "by_day")
+    day = [dt.date(2024, 3, d) for d in (1, 2, 3)]
+    rows = [("a", day[0]), ("a", day[1]), ("b", day[1]), ("a", day[2]), ("c", day[2])] * 2
+    spark.createDataFrame(rows, "k string, load_date date").write.format("delta").partitionBy(
+        "load_date"
+    ).save(path)
+    table = delta_table(path)
+    keys = {"k": pa.array(["a", "c"])}
+    got = rows_by_key(table, keys, columns=["load_date", "k"], partitions=("load_date", day[1:]))
+    assert got is not None and got.column_names == ["load_date", "k"]
+    assert sorted(zip(*got.to_pydict().values(), strict=True)) == sorted(
+        [(day[1], "a"), (day[2], "a"), (day[2], "c")] * 2
+    )
+    none = rows_by_key(table, keys, columns=["load_date", "k"], partitions=("load_date", []))
+    assert none is not None and none.num_rows == 0 and none.column_names == ["load_date", "k"]
+    assert none.schema == got.schema
+    # The rows counted are those of the partitions read: 4 in 03-01, 6 in the other two.
+    monkeypatch.setattr(delta, "DRIVER_SCAN_ROWS", 4)
+    assert rows_by_key(table, keys, partitions=("load_date", [day[0]])) is not None
+    assert rows_by_key(table, keys, partitions=("load_date", day[1:])) is None
