@@ -54,12 +54,14 @@ from sessionize_assets.sessions.state import (
     write_manifest,
 )
 from sessionize_assets.sessions.steps import (
+    TouchedUsers,
     max_session_ts,
     next_data_after,
     process_sessions,
     process_user_model,
     rebuild_sessions,
     rebuild_user_model,
+    touched_users,
 )
 from sessionize_assets.sessions.tables import TablePath
 from sessionize_assets.settings import Settings
@@ -153,6 +155,7 @@ def _run_session_models(
     )
     table_rows = live_rows(delta_table(fe_path, version))  # what the reads below scan at most
     changes_by_version: dict[int | None, Changes] = {}
+    touched_by_version: dict[int | None, TouchedUsers] = {}
     sessions_users: DataFrame | None = None
     failed: str | None = None
     try:
@@ -246,14 +249,18 @@ def _run_session_models(
                         # replaced: after a run stopped between its sessions commit and the
                         # manifest, a session it deleted is no longer in the table, so its user
                         # is in no replaced row, and only the change set still names them.
-                        users = mode.affected_users(
-                            spark, changes, table_path(SESSIONS_LIFECYCLE_MANIFEST)
-                        )
-                        if sessions_users is not None:
-                            users = users.unionByName(
-                                sessions_users.select("user_identifier")
-                            ).distinct()
-                        process_user_model(spark, table_path, model, users, outcome)
+                        # The same users for every user model of one change set: read once.
+                        if consumed not in touched_by_version:
+                            users = mode.affected_users(
+                                spark, changes, table_path(SESSIONS_LIFECYCLE_MANIFEST)
+                            )
+                            if sessions_users is not None:
+                                users = users.unionByName(
+                                    sessions_users.select("user_identifier")
+                                ).distinct()
+                            touched_by_version[consumed] = touched_users(spark, table_path, users)
+                        touched = touched_by_version[consumed]
+                        process_user_model(spark, table_path, model, touched, outcome)
                 outcome.ran = True
                 _advance(outcome, changes.processed_max, version)
             except Exception as exc:
@@ -270,6 +277,8 @@ def _run_session_models(
                         f"touched {outcome.touched}; last_success {iso_or_none(outcome.last_success_after)}"
                     )
     finally:
+        for touched in touched_by_version.values():
+            touched.unpersist()
         for changes in changes_by_version.values():
             changes.unpersist()
         if sessions_users is not None:

@@ -416,17 +416,41 @@ def user_model_rows(model: str, sessions: DataFrame) -> DataFrame:
     return core.user_session_stats_from_sessions(sessions)
 
 
-def process_user_model(
-    spark: SparkSession, table_path: TablePath, model: str, users: DataFrame, outcome: ModelOutcome
-) -> None:
-    """Recompute the model's rows of `users` from their sessions; users left without sessions go."""
+@dataclass
+class TouchedUsers:
+    """The users whose user-model rows a run recomputes, with their rows of `sessions`: read
+    once per change set and shared by every user model (`touched_users`)."""
+
+    users: DataFrame  # user_identifier, distinct
+    keys: dict[str, pa.Array | None]  # their ids, for the models' keyed reads
+    sessions: DataFrame  # their rows of sessions
+
+    def unpersist(self) -> None:
+        self.sessions.unpersist()
+        self.users.unpersist()
+
+
+def touched_users(spark: SparkSession, table_path: TablePath, users: DataFrame) -> TouchedUsers:
+    """`users` computed once, and their rows of sessions, read by the driver when it can
+    (`keyed_rows`)."""
     users = localize(spark, users)
-    # Their rows of sessions and of the model, read by the driver when it can (`keyed_rows`).
     keys = {"user_identifier": key_values(users, "user_identifier")}
     sessions = keyed_rows(spark, table_path(SESSIONS), SESSIONS_SCHEMA, keys)
-    user_sessions = sessions.join(users, "user_identifier", "left_semi")
+    return TouchedUsers(users, keys, sessions.join(users, "user_identifier", "left_semi"))
+
+
+def process_user_model(
+    spark: SparkSession,
+    table_path: TablePath,
+    model: str,
+    touched: TouchedUsers,
+    outcome: ModelOutcome,
+) -> None:
+    """Recompute the model's rows of the touched users from their sessions; users left without
+    sessions go. `touched` is the caller's to unpersist."""
+    users, keys = touched.users, touched.keys
     # Computed once: the source's rows and the users left without any both use them.
-    rows = localize(spark, user_model_rows(model, user_sessions))
+    rows = localize(spark, user_model_rows(model, touched.sessions))
     schema = USER_MODEL_SCHEMAS[model]
     gone = users.join(rows.select("user_identifier"), "user_identifier", "left_anti")
     source = rows.withColumn("_delete", F.lit(False)).unionByName(
@@ -463,7 +487,6 @@ def process_user_model(
     changed.unpersist()
     source.unpersist()
     rows.unpersist()
-    users.unpersist()
 
 
 # --- Full rebuilds ------------------------------------------------------------------------------
