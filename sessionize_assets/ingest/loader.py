@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -35,7 +36,13 @@ from sessionize_assets.core.trees import fold_balanced
 from sessionize_assets.errors import ItemLockedError, UserError
 from sessionize_assets.ingest.decode import decode_file
 from sessionize_assets.ingest.readers import FORMATS, read_raw
-from sessionize_assets.resources.delta import read_small_table, table_exists
+from sessionize_assets.resources.delta import (
+    DRIVER_WRITE_ROWS,
+    append_from_driver,
+    read_small_table,
+    table_exists,
+)
+from sessionize_assets.resources.spark import fetch_arrow
 from sessionize_assets.resources.tables import EVENTS, INVALID_EVENTS, LOAD_LOG
 from sessionize_assets.settings import Settings
 
@@ -50,6 +57,20 @@ LOAD_LOG_SCHEMA = T.StructType(
         T.StructField("rows_invalid", T.LongType()),
         T.StructField("load_days", T.ArrayType(T.DateType())),
         T.StructField("loaded_at", T.TimestampType()),
+    ]
+)
+# The same columns as Arrow (the driver's appends): Spark's timestamps are UTC instants.
+LOAD_LOG_ARROW = pa.schema(
+    [
+        ("load_id", pa.string()),
+        ("source_file", pa.string()),
+        ("sha256", pa.string()),
+        ("format", pa.string()),
+        ("rows_read", pa.int64()),
+        ("rows_kept", pa.int64()),
+        ("rows_invalid", pa.int64()),
+        ("load_days", pa.list_(pa.date32())),
+        ("loaded_at", pa.timestamp("us", tz="UTC")),
     ]
 )
 
@@ -446,7 +467,17 @@ def land_batch(
             for f, r in zip(files, results, strict=True)
             if r.rows_invalid and f.load_id not in skip_invalid
         ]
-        if invalid:
+        invalid_rows = sum(
+            r.rows_invalid
+            for f, r in zip(files, results, strict=True)
+            if f.load_id not in skip_invalid
+        )
+        # A few rejected rows are appended by the driver (delta-rs): a Spark write of a handful of
+        # rows costs about a second (docs/benchmarks.md, "Session 34").
+        if invalid and not (
+            invalid_rows <= DRIVER_WRITE_ROWS
+            and append_from_driver(tables[INVALID_EVENTS], fetch_arrow(_union(invalid))[0], txn)
+        ):
             with faults.commit_of(tables[INVALID_EVENTS]):
                 _union(invalid).write.format("delta").mode("append").partitionBy(LOAD_DATE).options(
                     **txn
@@ -469,10 +500,15 @@ def land_batch(
         )
         for f, r in zip(files, results, strict=True)
     ]
-    with faults.commit_of(tables[LOAD_LOG]):
-        spark.createDataFrame(log_rows, LOAD_LOG_SCHEMA).write.format("delta").mode("append").save(
-            tables[LOAD_LOG]
-        )
+    names = [f.name for f in LOAD_LOG_SCHEMA.fields]
+    data = pa.Table.from_pylist(
+        [dict(zip(names, row, strict=True)) for row in log_rows], schema=LOAD_LOG_ARROW
+    )
+    if not append_from_driver(tables[LOAD_LOG], data):
+        with faults.commit_of(tables[LOAD_LOG]):
+            spark.createDataFrame(log_rows, LOAD_LOG_SCHEMA).write.format("delta").mode(
+                "append"
+            ).save(tables[LOAD_LOG])
     return results
 
 

@@ -750,6 +750,33 @@ def replace_partitions_from_driver(
     return True
 
 
+def append_from_driver(path: str, data: pa.Table, txn: Mapping[str, str] | None = None) -> bool:
+    """An append of `data` through delta-rs (partitioned as the table is). `txn`: Spark's
+    idempotent-write options (`txnAppId`, `txnVersion`), recorded in the commit as Spark records
+    them; an append whose application already committed that version is not written again, as
+    Spark skips it. Returns False without writing when the table is absent or its columns differ
+    from `data`'s, for the caller's Spark write."""
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    table = delta_table(path)
+    matching = _matching(data, table)
+    if matching is None:
+        return False
+    properties = None
+    if txn is not None:
+        app_id, version = txn["txnAppId"], int(txn["txnVersion"])
+        done = table.transaction_version(app_id)
+        if done is not None and done >= version:
+            return True
+        properties = CommitProperties(app_transactions=[Transaction(app_id, version)])
+
+    def write() -> None:
+        write_deltalake(path, matching, mode="append", commit_properties=properties)
+
+    _driver_commit(path, write)
+    return True
+
+
 def merge_from_driver(path: str, data: pa.Table, key: str, columns: Sequence[str]) -> bool:
     """`merge` of `data` (Arrow, with `_delete`) through delta-rs when the table holds at most
     DRIVER_WRITE_ROWS rows (its Delta log says so): the same clauses in the same order (a

@@ -534,3 +534,41 @@ def test_rows_of_some_keys_in_some_partitions_are_read_by_the_driver(spark, tmp_
     monkeypatch.setattr(delta, "DRIVER_SCAN_ROWS", 4)
     assert rows_by_key(table, keys, partitions=("load_date", [day[0]])) is not None
     assert rows_by_key(table, keys, partitions=("load_date", day[1:])) is None
+
+
+def test_a_driver_append_is_the_rows_spark_would_append_once_per_transaction(spark, tmp_path):
+    """`append_from_driver`: the rows land in the table's partitions with its types (Spark reads
+    them back as it wrote its own); an idempotent-write id already committed (by Spark or by the
+    driver) writes nothing again; an absent table or other columns are the caller's Spark write."""
+    import datetime as dt
+
+    from sessionize_assets.resources.delta import append_from_driver, delta_table
+
+    path = str(tmp_path / "t")
+    schema = "k string, days array<date>, at timestamp, load_date date"
+    at = dt.datetime(2024, 3, 1, 12, tzinfo=dt.UTC)
+    first = [("a", [dt.date(2024, 3, 1)], at, dt.date(2024, 3, 1))]
+    spark.createDataFrame(first, schema).write.format("delta").partitionBy("load_date").options(
+        txnAppId="spark-app", txnVersion="1"
+    ).save(path)
+    more = [("b", [dt.date(2024, 3, 2), dt.date(2024, 3, 3)], at, dt.date(2024, 3, 2))]
+    data = spark.createDataFrame(more, schema).toArrow()
+    txn = {"txnAppId": "driver-app", "txnVersion": "1"}
+    assert append_from_driver(path, data, txn)
+    assert append_from_driver(path, data, txn)  # the same transaction again: nothing written
+    assert append_from_driver(path, data, {"txnAppId": "spark-app", "txnVersion": "1"})
+    got = spark.read.format("delta").load(path)
+    naive = at.replace(tzinfo=None)  # how Spark collects a timestamp (UTC sessions)
+    assert sorted(map(tuple, got.select("k", "days", "at", "load_date").collect())) == sorted(
+        (k, days, naive, day) for k, days, _, day in first + more
+    )
+    assert delta_table(path).version() == 1
+    files = {a["partition.load_date"] for a in delta.add_actions(path)[1]}
+    assert {str(d)[:10] for d in files} == {"2024-03-01", "2024-03-02"}
+    # Spark's idempotent writes see the driver's transaction too.
+    spark.createDataFrame(more, schema).write.format("delta").mode("append").options(
+        txnAppId="driver-app", txnVersion="1"
+    ).save(path)
+    assert spark.read.format("delta").load(path).count() == 2
+    assert not append_from_driver(str(tmp_path / "absent"), data)
+    assert not append_from_driver(path, data.drop_columns(["at"]))
