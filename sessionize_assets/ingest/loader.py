@@ -39,6 +39,7 @@ from sessionize_assets.ingest.readers import FORMATS, read_raw
 from sessionize_assets.resources.delta import (
     DRIVER_WRITE_ROWS,
     append_from_driver,
+    driver_can_append,
     read_small_table,
     table_exists,
 )
@@ -476,6 +477,7 @@ def land_batch(
         # rows costs about a second (docs/benchmarks.md, "Session 34").
         if invalid and not (
             invalid_rows <= DRIVER_WRITE_ROWS
+            and driver_can_append(tables[INVALID_EVENTS])
             and append_from_driver(tables[INVALID_EVENTS], fetch_arrow(_union(invalid))[0], txn)
         ):
             with faults.commit_of(tables[INVALID_EVENTS]):

@@ -750,13 +750,21 @@ def replace_partitions_from_driver(
     return True
 
 
+def driver_can_append(path: str) -> bool:
+    """Whether `append_from_driver` may take the table at `path` (it exists and needs no writer
+    feature); the columns are compared when the rows are given. Lets a caller skip collecting
+    rows the driver would not write."""
+    table = delta_table(path)
+    return table is not None and plain_protocol(table)
+
+
 def append_from_driver(path: str, data: pa.Table, txn: Mapping[str, str] | None = None) -> bool:
     """An append of `data` through delta-rs (partitioned as the table is). `txn`: Spark's
-    idempotent-write options (`txnAppId`, `txnVersion`), recorded in the commit as Spark records
-    them; an append whose application already committed that version is not written again, as
-    Spark skips it. Returns False without writing when the table is absent or its columns differ
+    idempotent-write options (`txnAppId`, `txnVersion`), recorded in the commit as a Delta app
+    transaction (without Spark's `lastUpdated`); an append whose application already committed
+    that version is not written again, as Spark skips it (checked before every attempt). Returns False without writing when the table is absent or its columns differ
     from `data`'s, for the caller's Spark write."""
-    from deltalake import CommitProperties, Transaction, write_deltalake
+    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
     table = delta_table(path)
     matching = _matching(data, table)
@@ -765,12 +773,16 @@ def append_from_driver(path: str, data: pa.Table, txn: Mapping[str, str] | None 
     properties = None
     if txn is not None:
         app_id, version = txn["txnAppId"], int(txn["txnVersion"])
-        done = table.transaction_version(app_id)
-        if done is not None and done >= version:
-            return True
         properties = CommitProperties(app_transactions=[Transaction(app_id, version)])
 
     def write() -> None:
+        # Looked at again before every attempt: delta-rs accepts an id already committed (a
+        # concurrent writer of the same batch makes this attempt fail, and the retry must see
+        # that writer's commit instead of appending the rows a second time).
+        if txn is not None:
+            done = DeltaTable(path).transaction_version(app_id)
+            if done is not None and done >= version:
+                return
         write_deltalake(path, matching, mode="append", commit_properties=properties)
 
     _driver_commit(path, write)

@@ -426,16 +426,19 @@ class TouchedUsers:
     sessions: DataFrame  # their rows of sessions
 
     def unpersist(self) -> None:
-        self.sessions.unpersist()
         self.users.unpersist()
 
 
 def touched_users(spark: SparkSession, table_path: TablePath, users: DataFrame) -> TouchedUsers:
     """`users` computed once, and their rows of sessions, read by the driver when it can
-    (`keyed_rows`)."""
+    (`keyed_rows`; else each user model's plan scans `sessions` again, as before)."""
     users = localize(spark, users)
-    keys = {"user_identifier": key_values(users, "user_identifier")}
-    sessions = keyed_rows(spark, table_path(SESSIONS), SESSIONS_SCHEMA, keys)
+    try:
+        keys = {"user_identifier": key_values(users, "user_identifier")}
+        sessions = keyed_rows(spark, table_path(SESSIONS), SESSIONS_SCHEMA, keys)
+    except Exception:
+        users.unpersist()
+        raise
     return TouchedUsers(users, keys, sessions.join(users, "user_identifier", "left_semi"))
 
 

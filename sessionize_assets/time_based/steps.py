@@ -166,7 +166,7 @@ def _filtered_events(
     # must see the same rows), at or after the fingerprints read above. Every read below is of
     # the load days first..last.
     events_at = delta_table(tables.events, events_version)
-    on_driver = _decisions_on_driver(spark, events_at, days, first, n)
+    on_driver = _decisions_on_driver(spark, events_at, days, n)
     if on_driver is not None:
         # Few load day rows: they and the look-back keys of their ids are read by the driver,
         # which decides which ids need a decision (`filtering.decisions_needed`); Spark reads
@@ -253,30 +253,35 @@ def _decisions_on_driver(
     spark: SparkSession,
     events: Any,
     days: Sequence[dt.date],
-    first: dt.date,
     dedupe_lookback_days: int,
 ) -> tuple[DataFrame, DataFrame] | None:
     """The load days' rows of the delta-rs `events` table (driver-local, full width) and the
     ids among them that need a decision (`filtering.ids_needing_a_decision`'s rows, driver-local),
     decided by the driver from the load days' keys and the look-back keys that hold their ids:
-    load days first..max(days) - 1 not processed here, read by delta-rs (`rows_by_key`), so
-    Spark neither reads `events` nor shuffles a key.
+    the `dedupe_lookback_days` load days before each processed day that are not processed
+    here, read by delta-rs (`rows_by_key`), so Spark neither reads `events` nor shuffles a key.
 
-    None when the load days hold more than LOCAL_READ_ROWS rows, or delta-rs does not read
-    them or the look-back keys (`local_arrow`, `rows_by_key`): Spark marks the rows then."""
+    None when the load days hold more than LOCAL_READ_ROWS rows, delta-rs does not read them or
+    the look-back keys (`local_arrow`, `rows_by_key`), or Spark refuses their Arrow columns:
+    Spark marks the rows then."""
     if events is None:
         return None
     rows = local_arrow(events, partitions=(LOAD_DATE, days))
     if rows is None or "event_id" not in rows.column_names:
         return None
     last = max(days)
-    look_back_days = [
-        day
-        for day in (first + dt.timedelta(days=i) for i in range((last - first).days))
-        if day not in days
-    ]
+    # Each processed day's own look-back days (Spark's keys span first..last - 1: a held day
+    # outside every look-back cannot make a copy seen, so the decisions are the same).
+    look_back_days = sorted(
+        {
+            day - dt.timedelta(days=i)
+            for day in days
+            for i in range(1, dedupe_lookback_days + 1)
+            if day - dt.timedelta(days=i) not in days
+        }
+    )
     held: pa.Table | None = pa.table({LOAD_DATE: pa.array([], pa.date32()), "event_id": []})
-    if dedupe_lookback_days > 0 and look_back_days:
+    if dedupe_lookback_days > 0 and look_back_days and rows.num_rows:
         held = rows_by_key(
             events,
             {"event_id": distinct_values(rows.column("event_id"))},
@@ -303,7 +308,10 @@ def _decisions_on_driver(
             filtering.SEEN_BEFORE: pa.array([s for _, _, s in decided], pa.bool_()),
         }
     )
-    return arrow_frame(spark, rows), arrow_frame(spark, care)
+    try:
+        return arrow_frame(spark, rows), arrow_frame(spark, care)
+    except Exception:  # noqa: BLE001 - Spark refuses an Arrow column: Spark reads `events` then
+        return None
 
 
 def _filter_and_write(
@@ -348,6 +356,7 @@ def _filter_and_write(
                 old.filter(F.col(LOAD_DATE).isin(changed)).select(LOAD_DATE, "event_id")
             )
         later = events_of().filter(F.col(LOAD_DATE).isin(later_materialized))
+        result.metadata["later load days' reach read by"] = "Spark"
         reached = sorted(r[LOAD_DATE] for r in filtering.load_days_reached(ids, later, n).collect())
     # Files clustered by user within each (load day, event day): the session branch's reads
     # of a few users' late events open few files (`core.filtering.clustered_by_user`).

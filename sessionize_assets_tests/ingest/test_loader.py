@@ -271,9 +271,27 @@ def test_files_land_in_batches_with_one_commit_per_table(spark, home, tmp_path):
     ]  # fmt: skip
     invalid = {r["raw"].split(",")[0]: r["load_date"] for r in _invalid(spark, home).collect()}
     assert invalid == {f"bad-d{n}.csv": dt.date(2024, 3, n) for n in (1, 2, 3)}
-    # Two batches (2 files + 1): two appends to each table (versions 0 and 1).
+    # Two batches (2 files + 1): two appends to each table (versions 0 and 1). Spark creates
+    # each table; the second batch's rejected rows and load log row are the driver's appends
+    # (`append_from_driver`), its events Spark's (the change feed's writer feature), and the
+    # driver's append of rejected rows records the batch's idempotent-write id.
+    writers = {}
     for table in (EVENTS, INVALID_EVENTS, LOAD_LOG):
-        assert DeltaTable(Home(home).table(table)).version() == 1
+        commits = sorted(DeltaTable(Home(home).table(table)).history(), key=lambda h: h["version"])
+        assert [h["version"] for h in commits] == [0, 1]
+        writers[table] = [str(h.get("engineInfo", "")).split("/")[0].split(":")[0] for h in commits]
+    assert writers == {
+        EVENTS: ["Apache-Spark"] * 2,
+        INVALID_EVENTS: ["Apache-Spark", "delta-rs"],
+        LOAD_LOG: ["Apache-Spark", "delta-rs"],
+    }
+    from types import SimpleNamespace
+
+    from sessionize_assets.ingest.loader import _batch_txn
+
+    txn = _batch_txn([SimpleNamespace(sha256=file_sha256(files[2]))])
+    invalid_table = DeltaTable(Home(home).table(INVALID_EVENTS))
+    assert invalid_table.transaction_version(txn["txnAppId"]) == int(txn["txnVersion"])
     history = DeltaTable(manifest).history()
     writes = [h for h in history if h["operation"] != "CREATE TABLE"]
     assert len(writes) == 4  # lock + close per batch

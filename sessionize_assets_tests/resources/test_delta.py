@@ -530,13 +530,15 @@ def test_rows_of_some_keys_in_some_partitions_are_read_by_the_driver(spark, tmp_
     none = rows_by_key(table, keys, columns=["load_date", "k"], partitions=("load_date", []))
     assert none is not None and none.num_rows == 0 and none.column_names == ["load_date", "k"]
     assert none.schema == got.schema
-    # The rows counted are those of the partitions read: 4 in 03-01, 6 in the other two.
+    # The rows counted are those of the partitions read: 2 in 03-01, 8 in the other two.
     monkeypatch.setattr(delta, "DRIVER_SCAN_ROWS", 4)
     assert rows_by_key(table, keys, partitions=("load_date", [day[0]])) is not None
     assert rows_by_key(table, keys, partitions=("load_date", day[1:])) is None
 
 
-def test_a_driver_append_is_the_rows_spark_would_append_once_per_transaction(spark, tmp_path):
+def test_a_driver_append_is_the_rows_spark_would_append_once_per_transaction(
+    spark, tmp_path, monkeypatch
+):
     """`append_from_driver`: the rows land in the table's partitions with its types (Spark reads
     them back as it wrote its own); an idempotent-write id already committed (by Spark or by the
     driver) writes nothing again; an absent table or other columns are the caller's Spark write."""
@@ -572,3 +574,22 @@ def test_a_driver_append_is_the_rows_spark_would_append_once_per_transaction(spa
     assert spark.read.format("delta").load(path).count() == 2
     assert not append_from_driver(str(tmp_path / "absent"), data)
     assert not append_from_driver(path, data.drop_columns(["at"]))
+    # A concurrent writer of the same batch commits first and this attempt's commit fails: the
+    # retry sees that writer's transaction and appends nothing (delta-rs itself would accept the
+    # same id again).
+    import deltalake
+    from deltalake.exceptions import CommitFailedError
+
+    real_write = deltalake.write_deltalake
+    attempts = []
+
+    def beaten_once(table, rows, **kwargs):
+        attempts.append(1)
+        if len(attempts) == 1:
+            real_write(table, rows, **kwargs)  # the other writer, same transaction id
+            raise CommitFailedError("Concurrent transaction failed")
+        real_write(table, rows, **kwargs)
+
+    monkeypatch.setattr(deltalake, "write_deltalake", beaten_once)
+    assert append_from_driver(path, data, {"txnAppId": "racing", "txnVersion": "1"})
+    assert len(attempts) == 1 and spark.read.format("delta").load(path).count() == 3
