@@ -598,3 +598,57 @@ def test_small_outputs_are_committed_by_the_driver_as_spark_would_write_them(
     assert {(r["user_identifier"], r["event_date"].day): r["total_events"] for r in daily_rows}[
         ("u3", 1)
     ] == 2  # the pending row counted
+
+
+def test_the_drivers_deduplication_marks_the_rows_spark_marks(spark, tmp_path, monkeypatch) -> None:
+    """`filtered_events` with its decisions on the driver (few load day rows: delta-rs reads the
+    look-back keys, `decisions_needed` decides) against Spark's marking (forced), on random
+    copies across load days 03-01..03-08 with a look-back of 2, processed as non-contiguous sets
+    of load days and then the rest: the same rows kept, the same accounting, the same later load
+    days reached, after every step."""
+    import random
+
+    from sessionize_assets.resources import delta
+    from sessionize_assets.time_based import steps
+
+    rng = random.Random(34)
+    rows = []
+    for i in range(240):
+        loaded = day(rng.randrange(1, 9))
+        rows.append(
+            event(
+                f"e{rng.randrange(90)}",  # ~2.7 copies an id: within and across load days
+                f"{loaded.isoformat()}T{rng.randrange(24):02d}:{rng.randrange(60):02d}:00",
+                user=f"u{rng.randrange(12)}",
+                row_hash=f"h{i:04d}",
+            )
+        )
+    now = dt.datetime.fromisoformat(NOW) + dt.timedelta(days=3)
+    got: dict[str, list] = {}
+    for reader in ("the driver (delta-rs)", "Spark"):
+        lake = make_lake(tmp_path / reader.split()[0], dedupe_lookback_days=2)
+        append_events(spark, lake, rows)
+        tables = tables_of(lake)
+        if reader == "Spark":
+            monkeypatch.setattr(delta, "LOCAL_READ_ROWS", -1)
+        seen = []
+        for days in (
+            [day(3), day(6)],
+            [day(8)],
+            [day(1), day(2), day(4), day(5), day(7)],
+            [day(4)],
+        ):
+            result = steps.filtered_events_step(spark, tables, lake.settings, days, now)
+            assert result.metadata["events read by"] == reader
+            kept = sorted(
+                (r.event_id, r.load_date, r._row_hash)
+                for r in read(spark, lake, "filtered_events").collect()
+            )
+            seen.append((kept, result.facts["accounting"], result.facts["reached"]))
+        got[reader] = seen
+        monkeypatch.undo()
+    assert got["the driver (delta-rs)"] == got["Spark"]
+    duplicates = [a["dropped_duplicate"] for _, acc, _ in got["Spark"] for a in acc.values()]
+    assert sum(duplicates) > 20
+    # Load days 03-01/02 processed after 03-03 reach it through copies (the look-back of 2).
+    assert got["Spark"][2][2]
