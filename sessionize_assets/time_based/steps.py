@@ -167,57 +167,48 @@ def _filtered_events(
     # the load days first..last.
     events_at = delta_table(tables.events, events_version)
     on_driver = _decisions_on_driver(spark, events_at, days, n)
+    level = StorageLevel.MEMORY_AND_DISK_DESER
+    persisted: list[DataFrame] = []  # unpersisted when the step ends
+    earlier: DataFrame | None = None
     if on_driver is not None:
         # Few load day rows: they and the look-back keys of their ids are read by the driver,
         # which decides which ids need a decision (`filtering.decisions_needed`); Spark reads
         # `events` only if a later load day's reach must be checked.
         rows, care = on_driver
+        few = True
         result.metadata["events read by"] = "the driver (delta-rs)"
-        marked = filtering.mark_rows(
-            rows,
-            None,
-            n,
-            app_ids=settings.app_ids,
-            event_names=settings.event_names,
-            start_date=settings.start_date,
-            care=care,
+
+        def events_of() -> DataFrame:
+            return read_version(spark, tables.events, events_version)
+
+    else:
+        # Spark reads the window (a driver read of it would hold more rows than the load days').
+        result.metadata["events read by"] = "Spark"
+        events = read_version(spark, tables.events, events_version)
+        # Marking reads the keys of the load days and their look-back days once (two columns,
+        # one shuffle); the ids that need a decision are kept (a few percent of the keys). The
+        # load days' rows are then read by the counts and the write: kept at full width while
+        # they are small (one scan), read twice when large (caching a big catch-up at full width
+        # spilled to disk and cost more than a second Parquet read: docs/benchmarks.md, session
+        # 14).
+        window = events.filter(
+            (F.col(LOAD_DATE) >= F.lit(first)) & (F.col(LOAD_DATE) <= F.lit(last))
         )
-        marked = persist_compact(spark, marked, StorageLevel.MEMORY_AND_DISK_DESER)
-        try:
-            return _filter_and_write(
-                spark,
-                tables,
-                settings,
-                days,
-                marked,
-                lambda: read_version(spark, tables.events, events_version),
-                state,
-                fingerprints,
-                result,
-                started,
-            )
-        finally:
-            marked.unpersist()
-    # Else Spark reads the window (a driver read of it would hold more rows than the load days').
-    result.metadata["events read by"] = "Spark"
-    events = read_version(spark, tables.events, events_version)
-    # Marking reads the keys of the load days and their look-back days once (two columns, one
-    # shuffle); the ids that need a decision are kept (a few percent of the keys). The load days'
-    # rows are then read by the counts and the write: kept at full width while they are small
-    # (one scan), read twice when large (caching a big catch-up at full width spilled to disk and
-    # cost more than a second Parquet read: docs/benchmarks.md, session 14).
-    window = events.filter((F.col(LOAD_DATE) >= F.lit(first)) & (F.col(LOAD_DATE) <= F.lit(last)))
-    rows = window.filter(F.col(LOAD_DATE).isin(days))
-    earlier = window.filter(F.col(LOAD_DATE) < F.lit(days[-1]))
-    to_mark = rows_in(tables.events, LOAD_DATE, days, events_version)
-    few = to_mark is not None and to_mark <= CACHED_LOAD_DAY_ROWS
-    care = filtering.ids_needing_a_decision(
-        rows, earlier, n, keys=filtering.window_keys(window, days), few_load_day_rows=few
-    )
-    # Few load day rows: their results are small, kept in one partition per core (a read of a
-    # cached result is one task per partition it was computed in).
-    level = StorageLevel.MEMORY_AND_DISK_DESER
-    care = persist_compact(spark, care, level) if few else care.persist(level)
+        rows = window.filter(F.col(LOAD_DATE).isin(days))
+        earlier = window.filter(F.col(LOAD_DATE) < F.lit(days[-1]))
+        to_mark = rows_in(tables.events, LOAD_DATE, days, events_version)
+        few = to_mark is not None and to_mark <= CACHED_LOAD_DAY_ROWS
+        care = filtering.ids_needing_a_decision(
+            rows, earlier, n, keys=filtering.window_keys(window, days), few_load_day_rows=few
+        )
+        # Few load day rows: their results are small, kept in one partition per core (a read of
+        # a cached result is one task per partition it was computed in).
+        care = persist_compact(spark, care, level) if few else care.persist(level)
+        persisted.append(care)
+
+        def events_of() -> DataFrame:
+            return events
+
     marked = filtering.mark_rows(
         rows,
         earlier,
@@ -227,26 +218,16 @@ def _filtered_events(
         start_date=settings.start_date,
         care=care,
     )
-    cached = few
-    if cached:
-        marked = persist_compact(spark, marked, StorageLevel.MEMORY_AND_DISK_DESER)
+    if few:
+        marked = persist_compact(spark, marked, level)
+        persisted.append(marked)
     try:
         return _filter_and_write(
-            spark,
-            tables,
-            settings,
-            days,
-            marked,
-            lambda: events,
-            state,
-            fingerprints,
-            result,
-            started,
+            spark, tables, settings, days, marked, events_of, state, fingerprints, result, started
         )
     finally:
-        if cached:
-            marked.unpersist()
-        care.unpersist()
+        for frame in persisted:
+            frame.unpersist()
 
 
 def _decisions_on_driver(
