@@ -20,6 +20,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from sessionize_assets import faults
 from sessionize_assets.core import validate
@@ -60,20 +61,8 @@ LOAD_LOG_SCHEMA = T.StructType(
         T.StructField("loaded_at", T.TimestampType()),
     ]
 )
-# The same columns as Arrow (the driver's appends): Spark's timestamps are UTC instants.
-LOAD_LOG_ARROW = pa.schema(
-    [
-        ("load_id", pa.string()),
-        ("source_file", pa.string()),
-        ("sha256", pa.string()),
-        ("format", pa.string()),
-        ("rows_read", pa.int64()),
-        ("rows_kept", pa.int64()),
-        ("rows_invalid", pa.int64()),
-        ("load_days", pa.list_(pa.date32())),
-        ("loaded_at", pa.timestamp("us", tz="UTC")),
-    ]
-)
+# The same columns as Arrow (the driver's appends), as Spark converts them (UTC instants).
+LOAD_LOG_ARROW = to_arrow_schema(LOAD_LOG_SCHEMA, timezone="UTC")
 
 
 @dataclass

@@ -762,8 +762,9 @@ def append_from_driver(path: str, data: pa.Table, txn: Mapping[str, str] | None 
     """An append of `data` through delta-rs (partitioned as the table is). `txn`: Spark's
     idempotent-write options (`txnAppId`, `txnVersion`), recorded in the commit as a Delta app
     transaction (without Spark's `lastUpdated`); an append whose application already committed
-    that version is not written again, as Spark skips it (checked before every attempt). Returns False without writing when the table is absent or its columns differ
-    from `data`'s, for the caller's Spark write."""
+    that version is not written again, as Spark skips it (checked before every attempt).
+    Returns False without writing when the table is absent or its columns differ from `data`'s,
+    for the caller's Spark write."""
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
     table = delta_table(path)
