@@ -163,8 +163,7 @@ def _filtered_events(
     if events_version is None:
         raise RuntimeError(f"the events table at {tables.events} does not exist")
     # One version of `events` for every read below (the counts, the reach check and the write
-    # must see the same rows), at or after the fingerprints read above. Every read below is of
-    # the load days first..last.
+    # must see the same rows), at or after the fingerprints read above.
     events_at = delta_table(tables.events, events_version)
     on_driver = _decisions_on_driver(spark, events_at, days, n)
     level = StorageLevel.MEMORY_AND_DISK_DESER
@@ -174,7 +173,7 @@ def _filtered_events(
         # Few load day rows: they and the look-back keys of their ids are read by the driver,
         # which decides which ids need a decision (`filtering.decisions_needed`); Spark reads
         # `events` only if a later load day's reach must be checked.
-        rows, care = on_driver
+        rows, care, read_days = on_driver
         few = True
         result.metadata["events read by"] = "the driver (delta-rs)"
 
@@ -185,6 +184,7 @@ def _filtered_events(
         # Spark reads the window (a driver read of it would hold more rows than the load days').
         result.metadata["events read by"] = "Spark"
         events = read_version(spark, tables.events, events_version)
+        read_days = [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
         # Marking reads the keys of the load days and their look-back days once (two columns,
         # one shuffle); the ids that need a decision are kept (a few percent of the keys). The
         # load days' rows are then read by the counts and the write: kept at full width while
@@ -223,7 +223,17 @@ def _filtered_events(
         persisted.append(marked)
     try:
         return _filter_and_write(
-            spark, tables, settings, days, marked, events_of, state, fingerprints, result, started
+            spark,
+            tables,
+            settings,
+            days,
+            marked,
+            events_of,
+            read_days,
+            state,
+            fingerprints,
+            result,
+            started,
         )
     finally:
         for frame in persisted:
@@ -235,9 +245,10 @@ def _decisions_on_driver(
     events: Any,
     days: Sequence[dt.date],
     dedupe_lookback_days: int,
-) -> tuple[DataFrame, DataFrame] | None:
-    """The load days' rows of the delta-rs `events` table (driver-local, full width) and the
-    ids among them that need a decision (`filtering.ids_needing_a_decision`'s rows, driver-local),
+) -> tuple[DataFrame, DataFrame, list[dt.date]] | None:
+    """The load days' rows of the delta-rs `events` table (driver-local, full width), the
+    ids among them that need a decision (`filtering.ids_needing_a_decision`'s rows, driver-local)
+    and the load days read,
     decided by the driver from the load days' keys and the look-back keys that hold their ids:
     the `dedupe_lookback_days` load days before each processed day that are not processed
     here, read by delta-rs (`rows_by_key`), so Spark neither reads `events` nor shuffles a key.
@@ -262,7 +273,9 @@ def _decisions_on_driver(
         }
     )
     held: pa.Table | None = pa.table({LOAD_DATE: pa.array([], pa.date32()), "event_id": []})
+    read_days = sorted(days)
     if dedupe_lookback_days > 0 and look_back_days and rows.num_rows:
+        read_days = sorted({*days, *look_back_days})
         held = rows_by_key(
             events,
             {"event_id": distinct_values(rows.column("event_id"))},
@@ -290,7 +303,7 @@ def _decisions_on_driver(
         }
     )
     try:
-        return arrow_frame(spark, rows), arrow_frame(spark, care)
+        return arrow_frame(spark, rows), arrow_frame(spark, care), read_days
     except Exception:  # noqa: BLE001 - Spark refuses an Arrow column: Spark reads `events` then
         return None
 
@@ -302,6 +315,7 @@ def _filter_and_write(
     days: list[dt.date],
     marked: DataFrame,
     events_of: Callable[[], DataFrame],
+    read_days: list[dt.date],
     state: TimeBasedState,
     fingerprints: dict[dt.date, str],
     result: StepResult,
@@ -309,9 +323,8 @@ def _filter_and_write(
 ) -> StepResult:
     """`filtered_events_step` once its rows are marked: count, find the later load days reached
     (in `events_of()`: the raw rows, read only then), write, record the accounting (in
-    `result`)."""
+    `result`). `read_days`: the load days of `events` the marking read (for the metadata)."""
     n = settings.dedupe_lookback_days
-    first, last = days[0] - dt.timedelta(days=n), days[-1] + dt.timedelta(days=n)
     previous = state.accounting
     has_events = [d for d in days if d in fingerprints]
     had_rows = [d for d in days if d in previous]
@@ -338,6 +351,7 @@ def _filter_and_write(
             )
         later = events_of().filter(F.col(LOAD_DATE).isin(later_materialized))
         result.metadata["later load days' reach read by"] = "Spark"
+        read_days = sorted({*read_days, *later_materialized})
         reached = sorted(r[LOAD_DATE] for r in filtering.load_days_reached(ids, later, n).collect())
     # Files clustered by user within each (load day, event day): the session branch's reads
     # of a few users' late events open few files (`core.filtering.clustered_by_user`).
@@ -403,11 +417,7 @@ def _filter_and_write(
         )
     upsert_small(tables.accounting, accounting_rows, ACCOUNTING_SCHEMA, LOAD_DATE)
 
-    files_read, files_total = files_in(
-        tables.events,
-        LOAD_DATE,
-        [first + dt.timedelta(days=i) for i in range((last - first).days + 1)],
-    )
+    files_read, files_total = files_in(tables.events, LOAD_DATE, read_days)
     total = {k: sum(a[k] for a in accounts.values()) for k in next(iter(accounts.values()))}
     result.used_spark = True
     result.metadata.update(

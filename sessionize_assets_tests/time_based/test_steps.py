@@ -625,6 +625,7 @@ def test_the_drivers_deduplication_marks_the_rows_spark_marks(spark, tmp_path, m
         )
     now = dt.datetime.fromisoformat(NOW) + dt.timedelta(days=3)
     got: dict[str, list] = {}
+    files: dict[str, list[int]] = {}  # one file per load day (one append)
     for reader in ("the driver (delta-rs)", "Spark"):
         lake = make_lake(tmp_path / reader.split()[0], dedupe_lookback_days=2)
         append_events(spark, lake, rows)
@@ -645,9 +646,13 @@ def test_the_drivers_deduplication_marks_the_rows_spark_marks(spark, tmp_path, m
                 for r in read(spark, lake, "filtered_events").collect()
             )
             seen.append((kept, result.facts["accounting"], result.facts["reached"]))
+            files.setdefault(reader, []).append(result.metadata["events files read"])
         got[reader] = seen
         monkeypatch.undo()
     assert got["the driver (delta-rs)"] == got["Spark"]
+    # The files each read: 03-03 and 03-06 with their look-back days (03-01..06) on the driver,
+    # the whole window 03-01..08 with Spark.
+    assert files["the driver (delta-rs)"][0] == 6 and files["Spark"][0] == 8
     duplicates = [a["dropped_duplicate"] for _, acc, _ in got["Spark"] for a in acc.values()]
     assert sum(duplicates) > 20
     # Load days 03-01/02 processed after 03-03 reach it through copies (the look-back of 2).
