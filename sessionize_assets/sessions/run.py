@@ -30,9 +30,7 @@ from sessionize_assets.errors import SettingsError
 from sessionize_assets.resources import shared_reads
 from sessionize_assets.resources.delta import (
     data_skipping_when_it_pays,
-    delta_table,
     delta_version,
-    live_rows,
     read_pinned,
 )
 from sessionize_assets.resources.tables import (
@@ -153,7 +151,6 @@ def _run_session_models(
         lambda: read_pinned(spark, fe_path, version, core.shared_columns(settings)),
         core.shared_columns(settings),
     )
-    table_rows = live_rows(delta_table(fe_path, version))  # what the reads below scan at most
     changes_by_version: dict[int | None, Changes] = {}
     touched_by_version: dict[int | None, TouchedUsers] = {}
     sessions_users: DataFrame | None = None
@@ -230,7 +227,7 @@ def _run_session_models(
                     outcome.no_data = True
                     continue
                 add_counts(outcome.excluded, changes.excluded)
-                small = small_run(changes.window_rows + changes.feed_rows, table_rows)
+                small = small_run(changes.window_rows + changes.feed_rows)
                 with small_query_conf(spark, small):
                     if model == SESSIONS:
                         sessions_users = process_sessions(
