@@ -105,8 +105,7 @@ def maintain_home(
         refusal = vacuum_refusal(vacuum_hours, old_version_readers(home.table), now)
         if refusal is not None:
             raise UserError(refusal)
-    from sessionize_assets.resources.delta import temporary_conf
-    from sessionize_assets.resources.spark import default_parallelism
+    from sessionize_assets.resources.spark import default_parallelism, temporary_conf
 
     spark = spark_session()
     confs = {

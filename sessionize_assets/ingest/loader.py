@@ -44,7 +44,7 @@ from sessionize_assets.resources.delta import (
     read_small_table,
     table_exists,
 )
-from sessionize_assets.resources.spark import fetch_arrow
+from sessionize_assets.resources.spark import fetch_arrow, small_query_conf
 from sessionize_assets.resources.tables import EVENTS, INVALID_EVENTS, LOAD_LOG
 from sessionize_assets.settings import Settings
 
@@ -210,6 +210,11 @@ BATCH_MAX_FILES = 64
 
 BATCH_MAX_BYTES = 1 << 30
 """Most input bytes landed by one Spark pass: a batch's rows stay persisted until it is written."""
+
+SMALL_BATCH_BYTES = 32 << 20
+"""Batches of at most this many input bytes (about 40,000 rows of the benchmark's CSV) are landed
+with the small-query configuration (`resources.spark.small_query_conf`): the parse of a few
+thousand rows costs less interpreted than compiled."""
 
 
 @dataclass
@@ -591,10 +596,13 @@ def _load_files(
     landed: dict[str, FileLoad] = {}
     for batch_indexes in plan_batches([f.size for f in prepared], max_files, max_bytes):
         batch = [prepared[i] for i in batch_indexes]
-        if manifest_path is None:
-            results = land_batch(spark, batch, tables, now)
-        else:
-            results = _land_under_manifest(spark, batch, tables, now, manifest_path, load_run_id)
+        with small_query_conf(spark, sum(f.size for f in batch) <= SMALL_BATCH_BYTES):
+            if manifest_path is None:
+                results = land_batch(spark, batch, tables, now)
+            else:
+                results = _land_under_manifest(
+                    spark, batch, tables, now, manifest_path, load_run_id
+                )
         landed.update({r.sha256: r for r in results})
     report = LoadReport()
     report.files = [e if isinstance(e, FileLoad) else landed[e.sha256] for e in entries]

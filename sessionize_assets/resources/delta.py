@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sessionize_assets import faults
-from sessionize_assets.resources.spark import arrow_frame, fetch_arrow
+from sessionize_assets.resources.spark import arrow_frame, fetch_arrow, temporary_conf
 
 # --------------------------------------------------------------------- the Delta log (delta-rs)
 
@@ -470,26 +470,6 @@ def data_skipping_when_it_pays(
         return
     with temporary_conf(spark, {DATA_SKIPPING: "false"}):
         yield
-
-
-@contextmanager
-def temporary_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
-    """`settings` set on the Spark session for the duration of the block, then restored.
-
-    Spark hands a session's settings to the Hadoop configuration of its file writers, so this
-    is how one write gets its own Parquet settings (`parquet.*`), also over Spark Connect. The
-    session's other work in the meantime sees them too: the project writes one table at a time."""
-    previous = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
 
 
 def replace_partitions(

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -213,3 +214,45 @@ class SparkDeltaResource(PySparkResource):
         if self._spark_session is None:
             self._spark_session = get_spark(self.spark_config)
         return self._spark_session
+
+
+@contextmanager
+def temporary_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """`settings` set on the Spark session for the duration of the block, then restored.
+
+    Spark hands a session's settings to the Hadoop configuration of its file writers, so this
+    is how one write gets its own Parquet settings (`parquet.*`), also over Spark Connect. The
+    session's other work in the meantime sees them too: the project writes one table at a time."""
+    previous = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+@contextmanager
+def small_query_conf(spark: SparkSession, enabled: bool) -> Iterator[None]:
+    """Turn adaptive execution and whole-stage code generation off and use one shuffle partition
+    per core while `enabled`, restoring the session's settings afterwards.
+
+    A small run's queries each compile their generated code afresh (their literals differ from
+    run to run), which costs more than running them interpreted: on the recovery test's history
+    (`local[2]`), the second run is about 9 % faster in three alternating pairs. Up to a few
+    million rows, interpreted and generated code measured within noise of each other
+    (docs/benchmarks.md, "Session 18")."""
+    if not enabled:
+        yield
+        return
+    wanted = {
+        "spark.sql.adaptive.enabled": "false",
+        "spark.sql.shuffle.partitions": str(max(1, default_parallelism(spark))),
+        "spark.sql.codegen.wholeStage": "false",
+    }
+    with temporary_conf(spark, wanted):
+        yield

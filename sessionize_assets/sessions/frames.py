@@ -6,8 +6,7 @@ events left out per named rule.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -21,11 +20,9 @@ from sessionize_assets.resources.delta import (
     rows_by_key,
     schema_pairs,
     table_or_empty,
-    temporary_conf,
 )
 from sessionize_assets.resources.spark import (
     arrow_frame,
-    default_parallelism,
     fetch_arrow,
     persist_compact,
 )
@@ -124,28 +121,6 @@ def keyed_rows(
         return arrow_frame(spark, rows, schema=schema)
     except Exception:  # noqa: BLE001 - a stored type `schema` does not take: Spark reads the
         return table_or_empty(spark, path, schema)  # table (its own types), as `local_table`
-
-
-@contextmanager
-def small_query_conf(spark: SparkSession, enabled: bool) -> Iterator[None]:
-    """Turn adaptive execution and whole-stage code generation off and use one shuffle partition
-    per core while `enabled`, restoring the session's settings afterwards.
-
-    A small run's queries each compile their generated code afresh (their literals differ from
-    run to run), which costs more than running them interpreted: on the recovery test's history
-    (`local[2]`), the second run is about 9 % faster in three alternating pairs. Up to a few
-    million rows, interpreted and generated code measured within noise of each other
-    (docs/benchmarks.md, "Session 18")."""
-    if not enabled:
-        yield
-        return
-    wanted = {
-        "spark.sql.adaptive.enabled": "false",
-        "spark.sql.shuffle.partitions": str(max(1, default_parallelism(spark))),
-        "spark.sql.codegen.wholeStage": "false",
-    }
-    with temporary_conf(spark, wanted):
-        yield
 
 
 def without_unchanged(

@@ -33,6 +33,7 @@ from sessionize_assets.resources.delta import (
     delta_version,
     read_pinned,
 )
+from sessionize_assets.resources.spark import small_query_conf
 from sessionize_assets.resources.tables import (
     FILTERED_EVENTS,
     INCREMENTAL_MANIFEST,
@@ -40,7 +41,7 @@ from sessionize_assets.resources.tables import (
     SESSIONS_LIFECYCLE_MANIFEST,
 )
 from sessionize_assets.sessions.changes import Changes, FeedGone, read_changes
-from sessionize_assets.sessions.frames import add_counts, small_query_conf, small_run
+from sessionize_assets.sessions.frames import add_counts, small_run
 from sessionize_assets.sessions.modes import mode_for
 from sessionize_assets.sessions.outcome import ModelOutcome, SessionModelError, SessionRunOutcome
 from sessionize_assets.sessions.state import (

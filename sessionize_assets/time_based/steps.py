@@ -13,6 +13,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,7 +65,12 @@ from sessionize_assets.resources.delta import (
     same_types,
     upsert_small,
 )
-from sessionize_assets.resources.spark import arrow_frame, fetch_arrow, persist_compact
+from sessionize_assets.resources.spark import (
+    arrow_frame,
+    fetch_arrow,
+    persist_compact,
+    small_query_conf,
+)
 from sessionize_assets.settings import Settings
 from sessionize_assets.time_based.state import (
     TimeBasedState,
@@ -158,7 +164,6 @@ def _filtered_events(
         return result
 
     n = settings.dedupe_lookback_days
-    first, last = days[0] - dt.timedelta(days=n), days[-1] + dt.timedelta(days=n)
     events_version = delta_version(tables.events)
     if events_version is None:
         raise RuntimeError(f"the events table at {tables.events} does not exist")
@@ -166,6 +171,39 @@ def _filtered_events(
     # must see the same rows), at or after the fingerprints read above.
     events_at = delta_table(tables.events, events_version)
     on_driver = _decisions_on_driver(spark, events_at, days, n)
+    # The driver's few rows: their queries run with the small-query configuration.
+    with small_query_conf(spark, on_driver is not None):
+        return _mark_and_write(
+            spark,
+            tables,
+            settings,
+            days,
+            events_version,
+            on_driver,
+            state,
+            fingerprints,
+            result,
+            started,
+        )
+
+
+def _mark_and_write(
+    spark: SparkSession,
+    tables: TimeBasedTables,
+    settings: Settings,
+    days: list[dt.date],
+    events_version: int,
+    on_driver: tuple[DataFrame, DataFrame, list[dt.date]] | None,
+    state: TimeBasedState,
+    fingerprints: dict[dt.date, str],
+    result: StepResult,
+    started: float,
+) -> StepResult:
+    """`_filtered_events` once it knows who decides: mark the load days' rows (with the
+    driver's decisions when given, else reading `events` with Spark) and `_filter_and_write`
+    them, every read of `events` at `events_version`."""
+    n = settings.dedupe_lookback_days
+    first, last = days[0] - dt.timedelta(days=n), days[-1] + dt.timedelta(days=n)
     level = StorageLevel.MEMORY_AND_DISK_DESER
     persisted: list[DataFrame] = []  # unpersisted when the step ends
     earlier: DataFrame | None = None
@@ -590,110 +628,114 @@ def _daily_aggregates(
     aggregated_at = dt.datetime.now(dt.UTC)
     rows_counted = {d: rows_up_to_horizon(counts, d, horizons[d]) for d in days}
     files_read = 0
-    if with_rows or existing:
-        # What this step and the session branch read: a third of the table's width.
-        columns = [
-            *agg.source_columns(settings.user_identifier, settings.attributes),
-            *core_sessions.shared_columns(settings),
-        ]
-        # The event days' rows: read by the driver when the Delta log counts few of them.
-        source = (
-            local_table(
-                spark,
-                delta_table(tables.filtered_events, version),
-                columns=columns,
-                partitions=(EVENT_DATE, with_rows or days),
-            )
-            if version is not None
-            else None
-        )
-        result.metadata["event days read by"] = (
-            "the driver (delta-rs)" if source is not None else "Spark"
-        )
-        if source is None:
+    # Driver-read rows are few: their queries run with the small-query configuration.
+    with ExitStack() as small:
+        if with_rows or existing:
+            # What this step and the session branch read: a third of the table's width.
+            columns = [
+                *agg.source_columns(settings.user_identifier, settings.attributes),
+                *core_sessions.shared_columns(settings),
+            ]
+            # The event days' rows: read by the driver when the Delta log counts few of them.
             source = (
-                read_version(spark, tables.filtered_events, version)
-                if version is not None
-                else _empty_filtered(spark)
-            )
-        horizon_df = spark.createDataFrame(
-            [(d, horizons[d]) for d in with_rows],
-            T.StructType(
-                [
-                    T.StructField(EVENT_DATE, T.DateType()),
-                    T.StructField("_horizon_load_date", T.DateType()),
-                ]
-            ),
-        )
-        # Inside `sessionize run` the event days read here are kept for the session branch
-        # (resources/shared_reads.py); they are then persisted already and released by the run.
-        rows, shared = (
-            shared_reads.event_days(
-                source,
-                tables.filtered_events,
-                version,
-                with_rows,
-                columns,
-            )
-            if with_rows
-            else (source.limit(0), False)
-        )
-        rows = rows.join(F.broadcast(horizon_df), on=EVENT_DATE).filter(
-            F.col(LOAD_DATE) <= F.col("_horizon_load_date")
-        )
-        if not shared:
-            # Kept while the aggregate runs: it reads the rows twice (the counts per event name,
-            # the rest), and Spark would otherwise scan filtered_events twice.
-            rows = rows.persist(StorageLevel.MEMORY_AND_DISK_DESER)
-        if with_rows and version is not None:
-            files_read, _ = files_in(tables.filtered_events, EVENT_DATE, with_rows, version)
-        daily = (
-            agg.daily_aggregates(rows, settings.user_identifier, settings.attributes)
-            .join(F.broadcast(horizon_df), on=EVENT_DATE, how="left")
-            .withColumn("_aggregated_at", F.lit(aggregated_at).cast("timestamp"))
-            .select(
-                *agg.BASE_COLUMNS,
-                *[agg.attribute_column(d) for d in settings.attributes],
-                "_horizon_load_date",
-                "_aggregated_at",
-            )
-        )
-        # --- the processing-manifest lock wraps from here (see `guarded`)
-        try:
-            # Few rows (counted in the Delta log): collected and committed by the driver.
-            on_driver = (
-                existing
-                and sum(rows_counted.values()) <= DRIVER_WRITE_ROWS
-                and replace_partitions_from_driver(
-                    tables.daily_aggregates, fetch_arrow(daily)[0], EVENT_DATE, days
-                )
-            )
-            if not on_driver:
-                replace_partitions(
+                local_table(
                     spark,
-                    daily.repartition(EVENT_DATE),
-                    tables.daily_aggregates,
-                    EVENT_DATE,
-                    days,
-                    [EVENT_DATE],
+                    delta_table(tables.filtered_events, version),
+                    columns=columns,
+                    partitions=(EVENT_DATE, with_rows or days),
                 )
-            result.metadata["written by"] = "the driver (delta-rs)" if on_driver else "Spark"
-        finally:
+                if version is not None
+                else None
+            )
+            if source is not None:
+                small.enter_context(small_query_conf(spark, True))
+            result.metadata["event days read by"] = (
+                "the driver (delta-rs)" if source is not None else "Spark"
+            )
+            if source is None:
+                source = (
+                    read_version(spark, tables.filtered_events, version)
+                    if version is not None
+                    else _empty_filtered(spark)
+                )
+            horizon_df = spark.createDataFrame(
+                [(d, horizons[d]) for d in with_rows],
+                T.StructType(
+                    [
+                        T.StructField(EVENT_DATE, T.DateType()),
+                        T.StructField("_horizon_load_date", T.DateType()),
+                    ]
+                ),
+            )
+            # Inside `sessionize run` the event days read here are kept for the session branch
+            # (resources/shared_reads.py); they are then persisted already and released by the run.
+            rows, shared = (
+                shared_reads.event_days(
+                    source,
+                    tables.filtered_events,
+                    version,
+                    with_rows,
+                    columns,
+                )
+                if with_rows
+                else (source.limit(0), False)
+            )
+            rows = rows.join(F.broadcast(horizon_df), on=EVENT_DATE).filter(
+                F.col(LOAD_DATE) <= F.col("_horizon_load_date")
+            )
             if not shared:
-                rows.unpersist()
-        records = [
-            {
-                EVENT_DATE: d,
-                "horizon_load_date": horizons[d],
-                "rows_aggregated": rows_counted[d],
-                "decided_through": latest.get(d),
-                "aggregated_at": aggregated_at,
-                "all_loaded_rows": all_loaded_rows,
-            }
-            for d in days
-        ]
-        upsert_small(tables.horizons, records, HORIZONS_SCHEMA, EVENT_DATE)
-        result.used_spark = True
+                # Kept while the aggregate runs: it reads the rows twice (the counts per event name,
+                # the rest), and Spark would otherwise scan filtered_events twice.
+                rows = rows.persist(StorageLevel.MEMORY_AND_DISK_DESER)
+            if with_rows and version is not None:
+                files_read, _ = files_in(tables.filtered_events, EVENT_DATE, with_rows, version)
+            daily = (
+                agg.daily_aggregates(rows, settings.user_identifier, settings.attributes)
+                .join(F.broadcast(horizon_df), on=EVENT_DATE, how="left")
+                .withColumn("_aggregated_at", F.lit(aggregated_at).cast("timestamp"))
+                .select(
+                    *agg.BASE_COLUMNS,
+                    *[agg.attribute_column(d) for d in settings.attributes],
+                    "_horizon_load_date",
+                    "_aggregated_at",
+                )
+            )
+            # --- the processing-manifest lock wraps from here (see `guarded`)
+            try:
+                # Few rows (counted in the Delta log): collected and committed by the driver.
+                on_driver = (
+                    existing
+                    and sum(rows_counted.values()) <= DRIVER_WRITE_ROWS
+                    and replace_partitions_from_driver(
+                        tables.daily_aggregates, fetch_arrow(daily)[0], EVENT_DATE, days
+                    )
+                )
+                if not on_driver:
+                    replace_partitions(
+                        spark,
+                        daily.repartition(EVENT_DATE),
+                        tables.daily_aggregates,
+                        EVENT_DATE,
+                        days,
+                        [EVENT_DATE],
+                    )
+                result.metadata["written by"] = "the driver (delta-rs)" if on_driver else "Spark"
+            finally:
+                if not shared:
+                    rows.unpersist()
+            records = [
+                {
+                    EVENT_DATE: d,
+                    "horizon_load_date": horizons[d],
+                    "rows_aggregated": rows_counted[d],
+                    "decided_through": latest.get(d),
+                    "aggregated_at": aggregated_at,
+                    "all_loaded_rows": all_loaded_rows,
+                }
+                for d in days
+            ]
+            upsert_small(tables.horizons, records, HORIZONS_SCHEMA, EVENT_DATE)
+            result.used_spark = True
     _, written_actions = add_actions(tables.daily_aggregates)
     written = sum(
         a["num_records"] or 0
@@ -914,10 +956,12 @@ def refreshed_on_driver(
     kept = kept.set_column(
         columns.index("as_of"), "as_of", pa.array([as_of] * kept.num_rows, pa.date32())
     )
-    # Computed even for no user: its schema is what the stored types are compared with.
-    recomputed, _ = fetch_arrow(
-        attrs.attributes(arrow_frame(spark, daily), as_of, windows, definitions)
-    )
+    # Computed even for no user: its schema is what the stored types are compared with. The
+    # rows are driver-local and few: the small-query configuration.
+    with small_query_conf(spark, True):
+        recomputed, _ = fetch_arrow(
+            attrs.attributes(arrow_frame(spark, daily), as_of, windows, definitions)
+        )
     recomputed = recomputed.select(columns)
     if not same_types(recomputed.schema, kept.schema):
         return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
-from sessionize_assets.sessions.frames import small_query_conf
+from sessionize_assets.resources.spark import small_query_conf
 from sessionize_assets_tests.plans import executed_nodes
 
 KEYS = ("spark.sql.adaptive.enabled", "spark.sql.codegen.wholeStage")
