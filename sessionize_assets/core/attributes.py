@@ -21,6 +21,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -123,6 +124,82 @@ def attributes(
         .withColumn("as_of", F.lit(as_of))
     )
     return out.select(*attribute_columns(windows, definitions))
+
+
+def attributes_from_rows(
+    daily: pa.Table, as_of: dt.date, windows: Sequence[int], schema: pa.Schema
+) -> pa.Table:
+    """`attributes(daily, as_of, windows)` without configured attributes, in plain Python over
+    daily rows the driver holds (an Arrow table of daily_aggregates' columns): the same rows,
+    as an Arrow table of `schema` (the stored table's, `attribute_columns(windows, ())`).
+
+    A refresh recomputes a few thousand users; handing them to Spark cost a query of about two
+    seconds on the 30-day benchmark home (docs/benchmarks.md, "Session 35"). Raises pyarrow's
+    errors when a value does not fit `schema`."""
+    starts = {n: window_start(as_of, n) for n in windows}
+    columns = [
+        USER_IDENTIFIER,
+        EVENT_DATE,
+        "total_events",
+        "page_views",
+        "first_event_tstamp",
+        "last_event_tstamp",
+        EVENT_COUNTS,
+    ]
+    data = daily.select(columns).to_pydict()
+    users: dict[str, dict[str, Any]] = {}
+    for user, day, total, views, first, last, counts in zip(
+        *(data[c] for c in columns), strict=True
+    ):
+        if user is None or day is None or day > as_of:
+            continue
+        row = users.get(user)
+        if row is None:
+            row = users[user] = {
+                "total_events": None,
+                "page_views": None,
+                "active_days": 0,
+                "first_event_tstamp": None,
+                "last_event_tstamp": None,
+                EVENT_COUNTS: None,
+                **{f"{m}_last_{n}_days": 0 for n in windows for m in WINDOWED_METRICS},
+            }
+        row["total_events"] = _plus(row["total_events"], total)
+        row["page_views"] = _plus(row["page_views"], views)
+        row["active_days"] += 1
+        if first is not None and (
+            row["first_event_tstamp"] is None or first < row["first_event_tstamp"]
+        ):
+            row["first_event_tstamp"] = first
+        if last is not None and (
+            row["last_event_tstamp"] is None or last > row["last_event_tstamp"]
+        ):
+            row["last_event_tstamp"] = last
+        if counts is not None:  # summed key by key (a null count is 0), as `summed_maps`
+            summed = row[EVENT_COUNTS] = row[EVENT_COUNTS] or {}
+            for name, n in counts:
+                summed[name] = summed.get(name, 0) + (n or 0)
+        for n, start in starts.items():
+            if day >= start:
+                row[f"total_events_last_{n}_days"] += total or 0
+                row[f"page_views_last_{n}_days"] += views or 0
+                row[f"active_days_last_{n}_days"] += 1
+    names = attribute_columns(windows, ())
+    values: dict[str, list[Any]] = {name: [] for name in names}
+    for user, row in users.items():
+        row[USER_IDENTIFIER], row["as_of"] = user, as_of
+        if row[EVENT_COUNTS] is not None:
+            row[EVENT_COUNTS] = sorted(row[EVENT_COUNTS].items())
+        for name in names:
+            values[name].append(row[name])
+    return pa.table([pa.array(values[f.name], type=f.type) for f in schema], schema=schema)
+
+
+def _plus(total: int | None, value: int | None) -> int | None:
+    """A running SQL sum: nulls are skipped, and a sum of nulls only is null."""
+    if value is None:
+        return total
+    return value if total is None else total + value
 
 
 def summed_maps(maps: Column) -> Column:

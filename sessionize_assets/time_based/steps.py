@@ -842,12 +842,15 @@ def attributes_step(
         }
     )
     refreshed_rows = None
+    computed_by = "Spark"
     if touched is not None:
         attributes_version, users = touched
-        refreshed_rows = refreshed_on_driver(
+        refreshed = refreshed_on_driver(
             spark, tables, version, attributes_version, users, as_of, windows, definitions
         )
-        if refreshed_rows is None:
+        if refreshed is not None:
+            refreshed_rows, computed_by = refreshed
+        else:
             previous = read_version(spark, tables.attributes, attributes_version)
             # The stored columns of the types computed now (nullability aside), else in full.
             if attrs.same_types(previous.select(*out.columns).schema, out.schema):
@@ -900,6 +903,7 @@ def attributes_step(
                 if refreshed_rows is None
                 else "the driver (delta-rs)"
             ),
+            "users' rows computed by": computed_by,
             "as_of": as_of.isoformat(),
             "windows (days)": list(settings.attribute_windows_days),
             "configured attributes": [d.name for d in settings.attributes],
@@ -923,12 +927,14 @@ def refreshed_on_driver(
     as_of: dt.date,
     windows: Sequence[int],
     definitions: Sequence[Any],
-) -> pa.Table | None:
+) -> tuple[pa.Table, str] | None:
     """`core.attributes.refreshed` with its reads and its union on the driver: the `users`' rows
     of daily_aggregates at `version` and every other row of attributes at `attributes_version`
     read by delta-rs (`rows_by_key`), only the users' rows aggregated by Spark (a driver-local
-    DataFrame), the kept rows given the new `as_of`. Spark's refresh scanned every daily row and
-    every stored row, and wrote the union (docs/benchmarks.md, "Session 33").
+    DataFrame; without configured attributes, by plain Python: `attrs.attributes_from_rows`),
+    the kept rows given the new `as_of`, with who computed the users' rows. Spark's refresh
+    scanned every daily row and every stored row, and wrote the union (docs/benchmarks.md,
+    "Session 33").
 
     None when delta-rs does not read both tables (`rows_by_key`), either read holds more than
     DRIVER_REFRESH_ROWS rows (they are in the driver's memory at once), or the stored columns'
@@ -956,6 +962,14 @@ def refreshed_on_driver(
     kept = kept.set_column(
         columns.index("as_of"), "as_of", pa.array([as_of] * kept.num_rows, pa.date32())
     )
+    if not definitions:
+        # The built-in columns only: plain Python, in the stored table's types.
+        try:
+            recomputed = attrs.attributes_from_rows(daily, as_of, windows, kept.schema)
+        except (pa.ArrowException, TypeError, ValueError) as error:
+            logging.getLogger(__name__).warning("attributes refreshed by Spark: %s", error)
+        else:
+            return pa.concat_tables([recomputed, kept]), "the driver (plain Python)"
     # Computed even for no user: its schema is what the stored types are compared with. The
     # rows are driver-local and few: the small-query configuration.
     with small_query_conf(spark, True):
@@ -965,7 +979,7 @@ def refreshed_on_driver(
     recomputed = recomputed.select(columns)
     if not same_types(recomputed.schema, kept.schema):
         return None
-    return pa.concat_tables([recomputed, kept.cast(recomputed.schema)])
+    return pa.concat_tables([recomputed, kept.cast(recomputed.schema)]), "Spark"
 
 
 # The largest share of the stored users an attributes refresh recomputes; more, and it recomputes

@@ -103,3 +103,65 @@ def test_names_clashing_with_built_in_columns_are_refused(spark) -> None:
         attributes(
             daily, AS_OF, (7,), (AttributeDefinition(name="total_events", aggregation="count"),)
         )
+
+
+DAILY_SCHEMA = (
+    "user_identifier string, event_date date, total_events bigint, page_views bigint, "
+    "first_event_tstamp timestamp, last_event_tstamp timestamp, "
+    "event_counts map<string, bigint>"
+)
+
+
+def _random_daily(seed: int) -> list[tuple]:
+    """Daily rows with every case the Spark computation handles: null users, event days and
+    counts, days after as_of, null and empty maps, null values in a map."""
+    import random
+
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(rng.randint(0, 60)):
+        day = AS_OF + dt.timedelta(days=rng.randint(-45, 2)) if rng.random() > 0.05 else None
+        moment = dt.datetime(2024, 3, 1, tzinfo=dt.UTC) + dt.timedelta(
+            minutes=rng.randint(0, 60_000)
+        )
+        counts = rng.choice(
+            [
+                None,
+                {},
+                {rng.choice("abcé"): rng.choice([1, 2, 3, None]) for _ in range(rng.randint(1, 3))},
+            ]
+        )
+        rows.append(
+            (
+                rng.choice(["u1", "u2", "u3", "ü4", None]),
+                day,
+                rng.choice([rng.randint(0, 9), None]) if rng.random() < 0.1 else rng.randint(1, 9),
+                rng.choice([rng.randint(0, 5), None]),
+                rng.choice([moment, None]),
+                rng.choice([moment + dt.timedelta(hours=1), None]),
+                counts,
+            )
+        )
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_drivers_attributes_are_sparks_on_the_same_daily_rows(spark, seed) -> None:
+    from sessionize_assets.core.attributes import attributes_from_rows
+
+    windows = (1, 7, 30)[: 1 + seed % 3]
+    daily = spark.createDataFrame(_random_daily(seed), DAILY_SCHEMA)
+    expected = attributes(daily, AS_OF, windows).toArrow()
+    got = attributes_from_rows(daily.toArrow(), AS_OF, windows, expected.schema)
+
+    def rows(table) -> list[tuple]:
+        return sorted(
+            tuple(sorted(v) if isinstance(v, list) else v for v in row.values())
+            for row in table.to_pylist()
+        )
+
+    assert got.schema == expected.schema
+    assert rows(got) == rows(expected)
+    assert got.num_rows == len(
+        {r[0] for r in _random_daily(seed) if r[0] and r[1] and r[1] <= AS_OF}
+    )

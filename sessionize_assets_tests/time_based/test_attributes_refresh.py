@@ -74,22 +74,26 @@ def _rows(df) -> dict:
     return {r["user_identifier"]: r.asDict(recursive=True) for r in df.collect()}
 
 
-@pytest.mark.parametrize("seed", [5, 6])
+@pytest.mark.parametrize("seed", [5, 6, 7])
 def test_refreshed_attributes_equal_a_full_recompute_after_every_write(
     spark, tmp_path, monkeypatch, seed
 ):
     rng = random.Random(seed)
     # Every refresh is taken, however many users it recomputes (the default share would send the
     # larger ones of these small histories, where most users are new, to the full recompute);
-    # seed 6's tables are written and refreshed by Spark, seed 5's by the driver.
+    # seed 6's tables are written and refreshed by Spark, seed 5's by the driver, whose users'
+    # rows Spark computes (configured attributes), seed 7's by the driver in plain Python (none).
     monkeypatch.setattr(time_based_steps, "REFRESH_MAX_SHARE", math.inf)
-    refreshed_by = "the driver (delta-rs)"
+    refreshed_by, computed_by = "the driver (delta-rs)", "Spark"
     if seed == 6:
         monkeypatch.setattr(time_based_steps, "DRIVER_WRITE_ROWS", -1)
         monkeypatch.setattr(delta, "DRIVER_SCAN_ROWS", -1)
         refreshed_by = "Spark"
+    definitions = () if seed == 7 else DEFINITIONS
+    if seed == 7:
+        computed_by = "the driver (plain Python)"
     config = dataclasses.replace(
-        from_mapping({}), attribute_windows_days=(2, 5), attributes=DEFINITIONS
+        from_mapping({}), attribute_windows_days=(2, 5), attributes=definitions
     )
     tables = TimeBasedTables.at(lambda name: str(tmp_path / name))
     users = [f"u{i}" for i in range(30)]
@@ -121,7 +125,7 @@ def test_refreshed_attributes_equal_a_full_recompute_after_every_write(
                 ):
                     del events[key]
             changed.add(gone["derived_tstamp"].date())
-        daily = daily_aggregates(filtered(spark, events.values()), ["domain_userid"], DEFINITIONS)
+        daily = daily_aggregates(filtered(spark, events.values()), ["domain_userid"], definitions)
         replace_partitions(
             spark,
             daily.filter(daily[EVENT_DATE].isin(sorted(changed))),
@@ -135,8 +139,9 @@ def test_refreshed_attributes_equal_a_full_recompute_after_every_write(
         recomputed.append(result.metadata["recomputed"])
         if step:
             assert result.metadata["refreshed by"] == refreshed_by
+            assert result.metadata["users' rows computed by"] == computed_by
         stored = spark.read.format("delta").load(tables.daily_aggregates)
-        expected = attrs.attributes(stored, as_of, (2, 5), DEFINITIONS)
+        expected = attrs.attributes(stored, as_of, (2, 5), definitions)
         written = spark.read.format("delta").load(tables.attributes)
         got = _rows(written)
         assert got == _rows(expected), f"step {step}, as of {as_of}: {recomputed}"
@@ -151,6 +156,8 @@ def test_refreshed_attributes_equal_a_full_recompute_after_every_write(
     # Nothing changed: no user is recomputed, and the table is what it was.
     assert attributes_step(spark, tables, config, as_of).metadata["recomputed"] == "0 users"
     assert _rows(spark.read.format("delta").load(tables.attributes)) == got
+    if not definitions:
+        return
     # Another definition under the same name (other events counted): recomputed in full.
     other = dataclasses.replace(DEFINITIONS[0], event_names=("page_view",))
     changed = dataclasses.replace(config, attributes=(other, *DEFINITIONS[1:]))
