@@ -22,8 +22,11 @@ than one column per name, so a new event name never changes the table's schema),
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -148,6 +151,83 @@ def daily_aggregates(
         per_name[EVENT_COUNTS],
         *[attribute_column(d) for d in definitions],
     )
+
+
+def daily_aggregates_from_rows(
+    rows: pa.Table,
+    user_identifier_columns: Sequence[str],
+    horizons: Mapping[dt.date, dt.date],
+    aggregated_at: dt.datetime,
+    schema: pa.Schema,
+) -> pa.Table:
+    """`daily_aggregates(rows, user_identifier_columns)` without configured attributes, in plain
+    Python over filtered_events rows the driver holds, counting a row only when its event day
+    has a horizon in `horizons` and its load day is at or before it, with the bookkeeping
+    columns `_horizon_load_date` and `_aggregated_at`: daily_aggregates' rows of those days, as
+    an Arrow table of `schema` (the stored table's). The user is the first non-null of the
+    `user_identifier_columns`, which must be strings here (Spark casts other types).
+
+    A small load day's event days hold a few thousand rows; handing them to Spark cost a query
+    of about a second on the 30-day benchmark home (docs/benchmarks.md, "Session 35"). Raises
+    pyarrow's errors when a value does not fit `schema`."""
+    for column in user_identifier_columns:
+        kind = rows.schema.field(column).type
+        if not (
+            pa.types.is_string(kind)
+            or pa.types.is_large_string(kind)
+            or pa.types.is_string_view(kind)
+        ):
+            raise TypeError(f"user_identifier column {column!r} is {kind}, not a string")
+    names = [*user_identifier_columns, "event_name", "derived_tstamp", EVENT_DATE, LOAD_DATE]
+    data = rows.select(list(dict.fromkeys(names))).to_pydict()
+    groups: dict[tuple[str | None, dt.date], dict[str, Any]] = {}
+    users = zip(*(data[c] for c in user_identifier_columns), strict=True)
+    for ids, name, tstamp, day, load_day in zip(
+        users,
+        data["event_name"],
+        data["derived_tstamp"],
+        data[EVENT_DATE],
+        data[LOAD_DATE],
+        strict=True,
+    ):
+        horizon = horizons.get(day)
+        if horizon is None or load_day is None or load_day > horizon:
+            continue
+        user = next((u for u in ids if u is not None), None)
+        group = groups.get((user, day))
+        if group is None:
+            group = groups[(user, day)] = {
+                "n": 0,
+                "views": 0,
+                "first": None,
+                "last": None,
+                "names": {},
+            }
+        group["n"] += 1
+        group["views"] += name == "page_view"
+        if tstamp is not None:
+            if group["first"] is None or tstamp < group["first"]:
+                group["first"] = tstamp
+            if group["last"] is None or tstamp > group["last"]:
+                group["last"] = tstamp
+        key = "" if name is None else name
+        group["names"][key] = group["names"].get(key, 0) + 1
+    columns: dict[str, list[Any]] = {f.name: [] for f in schema}
+    for (user, day), group in groups.items():
+        values = {
+            USER_IDENTIFIER: user,
+            EVENT_DATE: day,
+            "total_events": group["n"],
+            "page_views": group["views"],
+            "first_event_tstamp": group["first"],
+            "last_event_tstamp": group["last"],
+            EVENT_COUNTS: sorted(group["names"].items()),
+            "_horizon_load_date": horizons[day],
+            "_aggregated_at": aggregated_at,
+        }
+        for name, column in columns.items():
+            column.append(values[name])
+    return pa.table([pa.array(columns[f.name], type=f.type) for f in schema], schema=schema)
 
 
 def comparable(df: DataFrame) -> DataFrame:

@@ -53,7 +53,6 @@ from sessionize_assets.resources.delta import (
     exists,
     live_rows,
     local_arrow,
-    local_table,
     overwrite_from_driver,
     plain_protocol,
     read_pinned,
@@ -637,9 +636,8 @@ def _daily_aggregates(
                 *core_sessions.shared_columns(settings),
             ]
             # The event days' rows: read by the driver when the Delta log counts few of them.
-            source = (
-                local_table(
-                    spark,
+            local_rows = (
+                local_arrow(
                     delta_table(tables.filtered_events, version),
                     columns=columns,
                     partitions=(EVENT_DATE, with_rows or days),
@@ -647,6 +645,12 @@ def _daily_aggregates(
                 if version is not None
                 else None
             )
+            source = None
+            if local_rows is not None:
+                try:
+                    source = arrow_frame(spark, local_rows)
+                except Exception:  # noqa: BLE001 - Spark refuses an Arrow column: Spark reads
+                    local_rows = None
             if source is not None:
                 small.enter_context(small_query_conf(spark, True))
             result.metadata["event days read by"] = (
@@ -703,13 +707,21 @@ def _daily_aggregates(
             # --- the processing-manifest lock wraps from here (see `guarded`)
             try:
                 # Few rows (counted in the Delta log): collected and committed by the driver.
-                on_driver = (
-                    existing
-                    and sum(rows_counted.values()) <= DRIVER_WRITE_ROWS
-                    and replace_partitions_from_driver(
-                        tables.daily_aggregates, fetch_arrow(daily)[0], EVENT_DATE, days
+                on_driver = existing and sum(rows_counted.values()) <= DRIVER_WRITE_ROWS
+                aggregated_by = "Spark"
+                if on_driver:
+                    computed = None
+                    if local_rows is not None and not settings.attributes:
+                        computed = _daily_on_driver(
+                            tables, local_rows, settings, horizons, with_rows, aggregated_at
+                        )
+                    if computed is None:
+                        computed = fetch_arrow(daily)[0]
+                    else:
+                        aggregated_by = "the driver (plain Python)"
+                    on_driver = replace_partitions_from_driver(
+                        tables.daily_aggregates, computed, EVENT_DATE, days
                     )
-                )
                 if not on_driver:
                     replace_partitions(
                         spark,
@@ -720,6 +732,7 @@ def _daily_aggregates(
                         [EVENT_DATE],
                     )
                 result.metadata["written by"] = "the driver (delta-rs)" if on_driver else "Spark"
+                result.metadata["aggregated by"] = aggregated_by if on_driver else "Spark"
             finally:
                 if not shared:
                     rows.unpersist()
@@ -775,6 +788,34 @@ def _daily_aggregates(
         for d in days
     }
     return result
+
+
+def _daily_on_driver(
+    tables: TimeBasedTables,
+    rows: pa.Table,
+    settings: Settings,
+    horizons: dict[dt.date, dt.date | None],
+    days: Sequence[dt.date],
+    aggregated_at: dt.datetime,
+) -> pa.Table | None:
+    """The event `days`' daily_aggregates rows computed in plain Python from the driver's
+    filtered_events `rows` (`agg.daily_aggregates_from_rows`), in the stored table's types;
+    None (Spark aggregates then) when the stored table is absent or a value or column does not
+    fit it (a user identifier column that is not a string, say)."""
+    stored = delta_table(tables.daily_aggregates)
+    if stored is None:
+        return None
+    try:
+        return agg.daily_aggregates_from_rows(
+            rows,
+            settings.user_identifier,
+            {d: horizons[d] for d in days if horizons[d] is not None},
+            aggregated_at,
+            pa.schema(stored.schema().to_arrow()),
+        )
+    except (pa.ArrowException, TypeError, ValueError, KeyError) as error:
+        logging.getLogger(__name__).warning("daily_aggregates aggregated by Spark: %s", error)
+        return None
 
 
 def _empty_filtered(spark: SparkSession) -> DataFrame:

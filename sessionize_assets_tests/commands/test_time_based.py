@@ -360,6 +360,12 @@ def test_accounting_invariant_and_full_recompute_after_random_histories(
     assert readers("daily_aggregates", "event days read by") == (
         set() if aggregated is None else {reader}
     )
+    # Spark aggregates what it read; the driver's rows are aggregated in plain Python whenever
+    # the driver writes them (no configured attribute in these histories).
+    by = readers("daily_aggregates", "aggregated by")
+    assert by <= ({"Spark"} if on_spark else {"Spark", "the driver (plain Python)"})
+    if not on_spark and aggregated is not None:
+        assert "the driver (plain Python)" in by, by
 
 
 def decision_differences(lake, raw: list[dict], manifest: dict) -> list[str]:

@@ -104,3 +104,97 @@ def test_missing_columns_are_named(spark) -> None:
         daily_aggregates(
             frame, ["domain_userid"], [AttributeDefinition("x", "sum", "missing_prop")]
         )
+
+
+ROWS_SCHEMA = (
+    "domain_userid string, user_id string, event_id string, event_name string, "
+    "derived_tstamp timestamp, event_date date, load_date date"
+)
+
+
+def _random_rows(seed: int) -> list[tuple]:
+    """filtered_events rows with null users (one or both columns), empty ids, null and other
+    event names, null timestamps, load days before and after their day's horizon."""
+    import random
+
+    rng = random.Random(seed)
+    first = dt.date(2024, 3, 1)
+    rows = []
+    for i in range(rng.randint(0, 80)):
+        day = first + dt.timedelta(days=rng.randint(0, 4))
+        moment = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC) + dt.timedelta(
+            minutes=rng.randint(0, 1439)
+        )
+        rows.append(
+            (
+                rng.choice(["d1", "d2", "", None]),
+                rng.choice(["u1", "ü2", None, None]),
+                f"e{i}",
+                rng.choice(["page_view", "page_view", "link_click", "", None]),
+                moment if rng.random() > 0.1 else None,
+                day,
+                day + dt.timedelta(days=rng.randint(0, 3)),
+            )
+        )
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_drivers_daily_aggregates_are_sparks_on_the_same_rows(spark, seed) -> None:
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    from sessionize_assets.core.aggregates import daily_aggregates_from_rows
+
+    users = [["domain_userid"], ["user_id", "domain_userid"]][seed % 2]
+    first = dt.date(2024, 3, 1)
+    # Days 0-3 have horizons (load day + 0..2); day 4 has none: its rows are not counted.
+    horizons = {
+        first + dt.timedelta(days=d): first + dt.timedelta(days=d + d % 3) for d in range(4)
+    }
+    rows = spark.createDataFrame(_random_rows(seed), ROWS_SCHEMA)
+    counted = rows.filter(
+        F.col("event_date").isin(list(horizons))
+        & (
+            F.col("load_date")
+            <= F.element_at(
+                F.create_map(*[F.lit(x) for kv in horizons.items() for x in kv]),
+                F.col("event_date"),
+            )
+        )
+    )
+    expected = daily_aggregates(counted, users).toArrow()
+    at = dt.datetime(2024, 3, 9, 1, 2, 3, tzinfo=dt.UTC)
+    schema = pa.schema(
+        [
+            *expected.schema,
+            pa.field("_horizon_load_date", pa.date32()),
+            pa.field("_aggregated_at", pa.timestamp("us", tz="UTC")),
+        ]
+    )
+    got = daily_aggregates_from_rows(rows.toArrow(), users, horizons, at, schema)
+    assert got.schema == schema
+
+    def base(table) -> list[tuple]:
+        return sorted(
+            (tuple(row[c] for c in BASE_COLUMNS) for row in table.to_pylist()),
+            key=repr,
+        )
+
+    assert base(got) == base(expected)
+    assert all(
+        r["_horizon_load_date"] == horizons[r["event_date"]] and r["_aggregated_at"] == at
+        for r in got.to_pylist()
+    )
+
+
+def test_the_drivers_daily_aggregates_refuse_a_user_column_that_is_not_a_string() -> None:
+    import pyarrow as pa
+
+    from sessionize_assets.core.aggregates import daily_aggregates_from_rows
+
+    rows = pa.table({"user_number": pa.array([1], pa.int64())})
+    with pytest.raises(TypeError, match="user_number"):
+        daily_aggregates_from_rows(
+            rows, ["user_number"], {}, dt.datetime.now(dt.UTC), pa.schema([])
+        )
