@@ -30,6 +30,7 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE
 from sessionize_assets.settings import AttributeDefinition
@@ -153,23 +154,40 @@ def daily_aggregates(
     )
 
 
+# The types of `daily_aggregates`' base columns and of the step's bookkeeping columns, as Spark
+# computes them: what `daily_aggregates_from_rows` gives.
+DRIVER_DAILY_SCHEMA = T.StructType(
+    [
+        T.StructField(USER_IDENTIFIER, T.StringType()),
+        T.StructField(EVENT_DATE, T.DateType()),
+        T.StructField("total_events", T.LongType()),
+        T.StructField("page_views", T.LongType()),
+        T.StructField("first_event_tstamp", T.TimestampType()),
+        T.StructField("last_event_tstamp", T.TimestampType()),
+        T.StructField(EVENT_COUNTS, T.MapType(T.StringType(), T.LongType())),
+        T.StructField("_horizon_load_date", T.DateType()),
+        T.StructField("_aggregated_at", T.TimestampType()),
+    ]
+)
+
+
 def daily_aggregates_from_rows(
     rows: pa.Table,
     user_identifier_columns: Sequence[str],
     horizons: Mapping[dt.date, dt.date],
     aggregated_at: dt.datetime,
-    schema: pa.Schema,
 ) -> pa.Table:
     """`daily_aggregates(rows, user_identifier_columns)` without configured attributes, in plain
     Python over filtered_events rows the driver holds, counting a row only when its event day
     has a horizon in `horizons` and its load day is at or before it, with the bookkeeping
-    columns `_horizon_load_date` and `_aggregated_at`: daily_aggregates' rows of those days, as
-    an Arrow table of `schema` (the stored table's). The user is the first non-null of the
-    `user_identifier_columns`, which must be strings here (Spark casts other types).
+    columns `_horizon_load_date` and `_aggregated_at`: daily_aggregates' rows of those days, in
+    the Arrow types Spark's computation has (`DRIVER_DAILY_SCHEMA`; the caller's write compares
+    them with the stored table's and leaves any difference to Spark). The user is the first
+    non-null of the `user_identifier_columns`, which must be strings here (Spark casts other
+    types).
 
-    A small load day's event days hold a few thousand rows; handing them to Spark cost a query
-    of about a second on the 30-day benchmark home (docs/benchmarks.md, "Session 35"). Raises
-    pyarrow's errors when a value does not fit `schema`."""
+    A small load day's event days hold a few thousand rows; handing them to Spark cost about
+    0.6 s more on the 30-day benchmark home (docs/benchmarks.md, "Session 35")."""
     for column in user_identifier_columns:
         kind = rows.schema.field(column).type
         if not (
@@ -212,6 +230,7 @@ def daily_aggregates_from_rows(
                 group["last"] = tstamp
         key = "" if name is None else name
         group["names"][key] = group["names"].get(key, 0) + 1
+    schema = to_arrow_schema(DRIVER_DAILY_SCHEMA, timezone="UTC")
     columns: dict[str, list[Any]] = {f.name: [] for f in schema}
     for (user, day), group in groups.items():
         values = {

@@ -24,9 +24,24 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (
+    DataType,
+    DateType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
-from sessionize_assets.core.aggregates import EVENT_COUNTS, USER_IDENTIFIER, attribute_column
+from sessionize_assets.core.aggregates import (
+    BASE_COLUMNS,
+    EVENT_COUNTS,
+    USER_IDENTIFIER,
+    attribute_column,
+)
 from sessionize_assets.core.schema import EVENT_DATE
 from sessionize_assets.settings import AttributeDefinition
 
@@ -126,26 +141,17 @@ def attributes(
     return out.select(*attribute_columns(windows, definitions))
 
 
-def attributes_from_rows(
-    daily: pa.Table, as_of: dt.date, windows: Sequence[int], schema: pa.Schema
-) -> pa.Table:
+def attributes_from_rows(daily: pa.Table, as_of: dt.date, windows: Sequence[int]) -> pa.Table:
     """`attributes(daily, as_of, windows)` without configured attributes, in plain Python over
-    daily rows the driver holds (an Arrow table of daily_aggregates' columns): the same rows,
-    as an Arrow table of `schema` (the stored table's, `attribute_columns(windows, ())`).
+    daily rows the driver holds (an Arrow table of daily_aggregates' columns): the same rows in
+    the Arrow types Spark's computation has (`driver_attributes_schema`; the caller compares
+    them with the stored table's and leaves any difference to Spark).
 
-    A refresh recomputes a few thousand users; handing them to Spark cost a query of about two
-    seconds on the 30-day benchmark home (docs/benchmarks.md, "Session 35"). Raises pyarrow's
-    errors when a value does not fit `schema`."""
+    A refresh recomputes the users whose rows can differ (about 25,000 of 240,000 on a
+    5,000-event day of the 30-day benchmark home); handing them to Spark cost about 1.2 s more
+    there (docs/benchmarks.md, "Session 35")."""
     starts = {n: window_start(as_of, n) for n in windows}
-    columns = [
-        USER_IDENTIFIER,
-        EVENT_DATE,
-        "total_events",
-        "page_views",
-        "first_event_tstamp",
-        "last_event_tstamp",
-        EVENT_COUNTS,
-    ]
+    columns = list(BASE_COLUMNS)  # user, event day, then the five the rows add up
     data = daily.select(columns).to_pydict()
     users: dict[str, dict[str, Any]] = {}
     for user, day, total, views, first, last, counts in zip(
@@ -192,7 +198,23 @@ def attributes_from_rows(
             row[EVENT_COUNTS] = sorted(row[EVENT_COUNTS].items())
         for name in names:
             values[name].append(row[name])
+    schema = to_arrow_schema(driver_attributes_schema(windows), timezone="UTC")
     return pa.table([pa.array(values[f.name], type=f.type) for f in schema], schema=schema)
+
+
+def driver_attributes_schema(windows: Sequence[int]) -> StructType:
+    """The types of `attributes`' columns without configured attributes, as Spark computes
+    them: what `attributes_from_rows` gives."""
+    kinds: dict[str, DataType] = {
+        USER_IDENTIFIER: StringType(),
+        "first_event_tstamp": TimestampType(),
+        "last_event_tstamp": TimestampType(),
+        EVENT_COUNTS: MapType(StringType(), LongType()),
+        "as_of": DateType(),
+    }
+    return StructType(
+        [StructField(c, kinds.get(c, LongType())) for c in attribute_columns(windows, ())]
+    )
 
 
 def _plus(total: int | None, value: int | None) -> int | None:

@@ -212,9 +212,10 @@ BATCH_MAX_BYTES = 1 << 30
 """Most input bytes landed by one Spark pass: a batch's rows stay persisted until it is written."""
 
 SMALL_BATCH_BYTES = 32 << 20
-"""Batches of at most this many input bytes (about 40,000 rows of the benchmark's CSV) are landed
-with the small-query configuration (`resources.spark.small_query_conf`): the parse of a few
-thousand rows costs less interpreted than compiled."""
+"""Batches of at most this many input bytes on disk (about 40,000 rows of the benchmark's CSV; a
+compressed format holds more rows) are landed with the small-query configuration
+(`resources.spark.small_query_conf`: plans only): the parse of a few thousand rows costs less
+interpreted than compiled."""
 
 
 @dataclass

@@ -224,9 +224,9 @@ def temporary_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator
     is how one write gets its own Parquet settings (`parquet.*`), also over Spark Connect. The
     session's other work in the meantime sees them too: the project writes one table at a time."""
     previous = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
     try:
+        for key, value in settings.items():
+            spark.conf.set(key, value)
         yield
     finally:
         for key, value in previous.items():

@@ -170,7 +170,8 @@ def _filtered_events(
     # must see the same rows), at or after the fingerprints read above.
     events_at = delta_table(tables.events, events_version)
     on_driver = _decisions_on_driver(spark, events_at, days, n)
-    # The driver's few rows: their queries run with the small-query configuration.
+    # The driver's few rows: the step's queries run with the small-query configuration (the
+    # reach check's Spark read of `events` too, which it does not bound: plans only).
     with small_query_conf(spark, on_driver is not None):
         return _mark_and_write(
             spark,
@@ -627,7 +628,8 @@ def _daily_aggregates(
     aggregated_at = dt.datetime.now(dt.UTC)
     rows_counted = {d: rows_up_to_horizon(counts, d, horizons[d]) for d in days}
     files_read = 0
-    # Driver-read rows are few: their queries run with the small-query configuration.
+    # Event days read by the driver (few rows): the step's queries run with the small-query
+    # configuration.
     with ExitStack() as small:
         if with_rows or existing:
             # What this step and the session branch read: a third of the table's width.
@@ -799,23 +801,26 @@ def _daily_on_driver(
     aggregated_at: dt.datetime,
 ) -> pa.Table | None:
     """The event `days`' daily_aggregates rows computed in plain Python from the driver's
-    filtered_events `rows` (`agg.daily_aggregates_from_rows`), in the stored table's types;
-    None (Spark aggregates then) when the stored table is absent or a value or column does not
-    fit it (a user identifier column that is not a string, say)."""
+    filtered_events `rows` (`agg.daily_aggregates_from_rows`); None (Spark aggregates, and its
+    writer decides) when the stored table is absent, its columns or their types (nullability
+    aside) are not those the computation gives, or a user identifier column is not a string."""
     stored = delta_table(tables.daily_aggregates)
     if stored is None:
         return None
     try:
-        return agg.daily_aggregates_from_rows(
+        computed = agg.daily_aggregates_from_rows(
             rows,
             settings.user_identifier,
             {d: horizons[d] for d in days if horizons[d] is not None},
             aggregated_at,
-            pa.schema(stored.schema().to_arrow()),
         )
     except (pa.ArrowException, TypeError, ValueError, KeyError) as error:
         logging.getLogger(__name__).warning("daily_aggregates aggregated by Spark: %s", error)
         return None
+    target = pa.schema(stored.schema().to_arrow())
+    if sorted(target.names) != sorted(computed.column_names):
+        return None
+    return computed if same_types(computed.select(target.names).schema, target) else None
 
 
 def _empty_filtered(spark: SparkSession) -> DataFrame:
@@ -1004,13 +1009,16 @@ def refreshed_on_driver(
         columns.index("as_of"), "as_of", pa.array([as_of] * kept.num_rows, pa.date32())
     )
     if not definitions:
-        # The built-in columns only: plain Python, in the stored table's types.
+        # The built-in columns only: plain Python, in Spark's types (stored ones that differ
+        # are Spark's to handle below).
         try:
-            recomputed = attrs.attributes_from_rows(daily, as_of, windows, kept.schema)
+            recomputed = attrs.attributes_from_rows(daily, as_of, windows)
         except (pa.ArrowException, TypeError, ValueError) as error:
             logging.getLogger(__name__).warning("attributes refreshed by Spark: %s", error)
         else:
-            return pa.concat_tables([recomputed, kept]), "the driver (plain Python)"
+            if same_types(recomputed.schema, kept.schema):
+                combined = pa.concat_tables([recomputed, kept.cast(recomputed.schema)])
+                return combined, "the driver (plain Python)"
     # Computed even for no user: its schema is what the stored types are compared with. The
     # rows are driver-local and few: the small-query configuration.
     with small_query_conf(spark, True):

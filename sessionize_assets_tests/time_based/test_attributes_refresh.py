@@ -190,3 +190,53 @@ def test_same_types_ignores_nullability_only() -> None:
         schema(counts, True), schema(T.MapType(T.StringType(), T.IntegerType()), True)
     )
     assert not attrs.same_types(schema(T.LongType(), True), schema(T.DoubleType(), True))
+
+
+@pytest.mark.parametrize("stored_total", ["int64", "double"])
+def test_a_refresh_on_the_driver_keeps_to_the_stored_types(spark, tmp_path, stored_total) -> None:
+    """The plain-Python rows are Spark's types: a stored attributes table of other types (here
+    `total_events` as double) is not refreshed on the driver (None: Spark recomputes it)."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from sessionize_assets.core.aggregates import DRIVER_DAILY_SCHEMA
+
+    as_of, windows = BASE, (2,)
+    tables = TimeBasedTables.at(lambda name: str(tmp_path / name))
+    daily_types = to_arrow_schema(DRIVER_DAILY_SCHEMA, timezone="UTC")
+    daily = pa.table(
+        {
+            "user_identifier": ["u1", "u2"],
+            "event_date": [BASE, BASE],
+            "total_events": [3, 4],
+            "page_views": [1, 0],
+            "first_event_tstamp": [dt.datetime(2024, 3, 1, 9, tzinfo=dt.UTC)] * 2,
+            "last_event_tstamp": [dt.datetime(2024, 3, 1, 10, tzinfo=dt.UTC)] * 2,
+            "event_counts": [[("page_view", 3)], [("link_click", 4)]],
+            "_horizon_load_date": [BASE, BASE],
+            "_aggregated_at": [dt.datetime(2024, 3, 2, tzinfo=dt.UTC)] * 2,
+        },
+        schema=daily_types,
+    )
+    write_deltalake(tables.daily_aggregates, daily)
+    computed = attrs.attributes_from_rows(daily, as_of, windows)
+    stored = computed.cast(
+        pa.schema(
+            [
+                pa.field(f.name, pa.float64() if f.name == "total_events" else f.type)
+                if stored_total == "double"
+                else f
+                for f in computed.schema
+            ]
+        )
+    )
+    write_deltalake(tables.attributes, stored)
+    refreshed = time_based_steps.refreshed_on_driver(
+        spark, tables, 0, 0, ["u1"], as_of, windows, ()
+    )
+    if stored_total == "double":
+        assert refreshed is None
+    else:
+        assert refreshed is not None and refreshed[1] == "the driver (plain Python)"
+        assert sorted(refreshed[0].column("total_events").to_pylist()) == [3, 4]

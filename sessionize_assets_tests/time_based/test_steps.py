@@ -657,3 +657,47 @@ def test_the_drivers_deduplication_marks_the_rows_spark_marks(spark, tmp_path, m
     assert sum(duplicates) > 20
     # Load days 03-01/02 processed after 03-03 reach it through copies (the look-back of 2).
     assert got["Spark"][2][2]
+
+
+@pytest.mark.parametrize("stored_total", [pa.int64(), pa.float64()])
+def test_the_drivers_daily_aggregates_are_used_only_for_a_table_of_their_types(
+    tmp_path, stored_total
+) -> None:
+    """A stored daily_aggregates whose types differ from what the computation gives (here
+    `total_events` as double) is Spark's to write: the driver's plain-Python rows are not forced
+    into it."""
+    from sessionize_assets.core.aggregates import DRIVER_DAILY_SCHEMA
+    from sessionize_assets.settings import from_mapping
+    from sessionize_assets.time_based.steps import _daily_on_driver
+
+    computed = to_arrow(DRIVER_DAILY_SCHEMA)
+    stored = pa.schema(
+        [pa.field(f.name, stored_total if f.name == "total_events" else f.type) for f in computed]
+    )
+    tables = TimeBasedTables.at(lambda name: str(tmp_path / name))
+    write_deltalake(tables.daily_aggregates, stored.empty_table())
+    day = dt.date(2024, 3, 1)
+    rows = pa.table(
+        {
+            "domain_userid": ["u1", "u1"],
+            "event_name": ["page_view", None],
+            "derived_tstamp": pa.array(
+                [dt.datetime(2024, 3, 1, 9, tzinfo=dt.UTC)] * 2, pa.timestamp("us", tz="UTC")
+            ),
+            "event_date": [day, day],
+            "load_date": [day, day],
+        }
+    )
+    got = _daily_on_driver(
+        tables, rows, from_mapping({}), {day: day}, [day], dt.datetime.now(dt.UTC)
+    )
+    if stored_total == pa.int64():
+        assert got is not None and got.column("total_events").to_pylist() == [2]
+    else:
+        assert got is None
+
+
+def to_arrow(schema) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC")
