@@ -271,8 +271,12 @@ def local_table(
     `local_arrow` reads nothing or Spark refuses a column of another type than `schema` says:
     Spark reads the table then (its own columns and types)."""
     data = local_arrow(table, schema, columns=columns, partitions=partitions)
-    if data is None:
-        return None
+    return None if data is None else local_frame(spark, data, schema)
+
+
+def local_frame(spark: SparkSession, data: pa.Table, schema: str | None = None) -> DataFrame | None:
+    """Driver-read rows as a driver-local DataFrame (`arrow_frame`), or None when Spark refuses
+    a column of another type than `schema` says: the caller has Spark read the table then."""
     try:
         return arrow_frame(spark, data, schema=schema)
     except Exception:  # noqa: BLE001 - see the docstring

@@ -53,6 +53,7 @@ from sessionize_assets.resources.delta import (
     exists,
     live_rows,
     local_arrow,
+    local_frame,
     overwrite_from_driver,
     plain_protocol,
     read_pinned,
@@ -647,13 +648,10 @@ def _daily_aggregates(
                 if version is not None
                 else None
             )
-            source = None
-            if local_rows is not None:
-                try:
-                    source = arrow_frame(spark, local_rows)
-                except Exception:  # noqa: BLE001 - Spark refuses an Arrow column: Spark reads
-                    local_rows = None
-            if source is not None:
+            source = None if local_rows is None else local_frame(spark, local_rows)
+            if source is None:
+                local_rows = None  # Spark reads the event days
+            else:
                 small.enter_context(small_query_conf(spark, True))
             result.metadata["event days read by"] = (
                 "the driver (delta-rs)" if source is not None else "Spark"
@@ -715,7 +713,7 @@ def _daily_aggregates(
                     computed = None
                     if local_rows is not None and not settings.attributes:
                         computed = _daily_on_driver(
-                            tables, local_rows, settings, horizons, with_rows, aggregated_at
+                            local_rows, settings, horizons, with_rows, aggregated_at
                         )
                     if computed is None:
                         computed = fetch_arrow(daily)[0]
@@ -793,7 +791,6 @@ def _daily_aggregates(
 
 
 def _daily_on_driver(
-    tables: TimeBasedTables,
     rows: pa.Table,
     settings: Settings,
     horizons: dict[dt.date, dt.date | None],
@@ -801,14 +798,12 @@ def _daily_on_driver(
     aggregated_at: dt.datetime,
 ) -> pa.Table | None:
     """The event `days`' daily_aggregates rows computed in plain Python from the driver's
-    filtered_events `rows` (`agg.daily_aggregates_from_rows`); None (Spark aggregates, and its
-    writer decides) when the stored table is absent, its columns or their types (nullability
-    aside) are not those the computation gives, or a user identifier column is not a string."""
-    stored = delta_table(tables.daily_aggregates)
-    if stored is None:
-        return None
+    filtered_events `rows` (`agg.daily_aggregates_from_rows`, in Spark's types: the driver's
+    write refuses a stored table of other types, `replace_partitions_from_driver`, and Spark
+    computes and writes then); None (Spark aggregates) when a user identifier column is not a
+    string."""
     try:
-        computed = agg.daily_aggregates_from_rows(
+        return agg.daily_aggregates_from_rows(
             rows,
             settings.user_identifier,
             {d: horizons[d] for d in days if horizons[d] is not None},
@@ -817,10 +812,6 @@ def _daily_on_driver(
     except (pa.ArrowException, TypeError, ValueError, KeyError) as error:
         logging.getLogger(__name__).warning("daily_aggregates aggregated by Spark: %s", error)
         return None
-    target = pa.schema(stored.schema().to_arrow())
-    if sorted(target.names) != sorted(computed.column_names):
-        return None
-    return computed if same_types(computed.select(target.names).schema, target) else None
 
 
 def _empty_filtered(spark: SparkSession) -> DataFrame:

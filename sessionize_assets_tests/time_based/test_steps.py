@@ -660,13 +660,14 @@ def test_the_drivers_deduplication_marks_the_rows_spark_marks(spark, tmp_path, m
 
 
 @pytest.mark.parametrize("stored_total", [pa.int64(), pa.float64()])
-def test_the_drivers_daily_aggregates_are_used_only_for_a_table_of_their_types(
+def test_the_drivers_daily_aggregates_are_written_only_to_a_table_of_their_types(
     tmp_path, stored_total
 ) -> None:
-    """A stored daily_aggregates whose types differ from what the computation gives (here
-    `total_events` as double) is Spark's to write: the driver's plain-Python rows are not forced
-    into it."""
+    """The plain-Python rows are Spark's types; the driver's write refuses a stored
+    daily_aggregates of other types (here `total_events` as double) instead of converting the
+    values, and the step leaves the table to Spark's computation and writer."""
     from sessionize_assets.core.aggregates import DRIVER_DAILY_SCHEMA
+    from sessionize_assets.resources.delta import read_small_table, replace_partitions_from_driver
     from sessionize_assets.settings import from_mapping
     from sessionize_assets.time_based.steps import _daily_on_driver
 
@@ -688,13 +689,12 @@ def test_the_drivers_daily_aggregates_are_used_only_for_a_table_of_their_types(
             "load_date": [day, day],
         }
     )
-    got = _daily_on_driver(
-        tables, rows, from_mapping({}), {day: day}, [day], dt.datetime.now(dt.UTC)
-    )
-    if stored_total == pa.int64():
-        assert got is not None and got.column("total_events").to_pylist() == [2]
-    else:
-        assert got is None
+    got = _daily_on_driver(rows, from_mapping({}), {day: day}, [day], dt.datetime.now(dt.UTC))
+    assert got is not None and got.schema == computed
+    written = replace_partitions_from_driver(tables.daily_aggregates, got, "event_date", [day])
+    assert written == (stored_total == pa.int64())
+    stored_rows = read_small_table(tables.daily_aggregates)
+    assert [r["total_events"] for r in stored_rows] == ([2] if written else [])
 
 
 def to_arrow(schema) -> pa.Schema:
