@@ -530,10 +530,37 @@ def merge(
         # The callers' sources are results they keep (driver-local or persisted): a source found
         # above the limit here was computed once more for nothing, not recomputed from scratch.
         data = fetch_arrow(source.select(*columns, "_delete").limit(DRIVER_WRITE_ROWS + 1))[0]
-        if data.num_rows <= DRIVER_WRITE_ROWS and (
-            append_if_new(table, data, key) or merge_from_driver(path, data, key, columns)
-        ):
+        if data.num_rows <= DRIVER_WRITE_ROWS and _merge_from_driver(table, path, data, key):
             return
+    _merge_in_spark(spark, path, source, key, columns)
+
+
+def merge_rows(spark: SparkSession, path: str, data: pa.Table, key: str, schema: str) -> None:
+    """`merge` of rows the driver holds (Arrow, with `_delete`): through the driver's writers
+    when the table and the rows allow it, else as Spark's MERGE of a driver-local DataFrame."""
+    table = delta_table(path)
+    if table is None:  # the first write: a plain write of the rows
+        merge(spark, path, arrow_frame(spark, data), key, schema, rows=data.num_rows)
+    elif not (
+        plain_protocol(table)
+        and data.num_rows <= DRIVER_WRITE_ROWS
+        and _merge_from_driver(table, path, data, key)
+    ):
+        columns = [c for c, _ in schema_pairs(schema)]
+        _merge_in_spark(spark, path, arrow_frame(spark, data), key, columns)
+
+
+def _merge_from_driver(table: Any, path: str, data: pa.Table, key: str) -> bool:
+    """The driver's writers for a MERGE source in Arrow: an append when it only inserts, else
+    delta-rs' MERGE into a small table. False, without writing, when neither takes it."""
+    columns = [c for c in data.column_names if c != "_delete"]
+    return append_if_new(table, data, key) or merge_from_driver(path, data, key, columns)
+
+
+def _merge_in_spark(
+    spark: SparkSession, path: str, source: DataFrame, key: str, columns: Sequence[str]
+) -> None:
+    """Delta's MERGE INTO through Spark (`merge`'s clauses)."""
     names = ", ".join(f"`{c}`" for c in columns)
     values = ", ".join(f"s.`{c}`" for c in columns)
     updates = ", ".join(f"`{c}` = s.`{c}`" for c in columns)

@@ -6,7 +6,9 @@ events left out per named rule.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import pyarrow as pa
@@ -52,7 +54,33 @@ def small_run(taken_rows: int) -> bool:
     return taken_rows <= SMALL_RUN_ROWS
 
 
+# Inside `small_results(True)` (a small run), `localize` fetches a result before persisting it.
+_FETCH_FIRST: ContextVar[bool] = ContextVar("fetch_first", default=False)
+
+
+@contextmanager
+def small_results(enabled: bool) -> Iterator[None]:
+    """While `enabled`, `localize` expects small results: it fetches a result's first rows
+    without persisting it first, and persists (and computes again) only a result over its limit.
+
+    A small run's intermediate results are almost all driver-local, and over Spark Connect a
+    persist is a round trip of its own that plans the query (its Delta scans' file listing
+    included) before the fetch plans it again, and the unpersist another."""
+    token = _FETCH_FIRST.set(enabled)
+    try:
+        yield
+    finally:
+        _FETCH_FIRST.reset(token)
+
+
 def localize(spark: SparkSession, df: DataFrame, limit: int | None = None) -> DataFrame:
+    """`localized`'s DataFrame."""
+    return localized(spark, df, limit)[0]
+
+
+def localized(
+    spark: SparkSession, df: DataFrame, limit: int | None = None
+) -> tuple[DataFrame, pa.Table | None]:
     """`df` computed once: a local DataFrame when it holds at most `limit` rows (default
     LOCAL_ROWS), else persisted (unpersist when done) in at most one partition per core.
 
@@ -63,14 +91,46 @@ def localize(spark: SparkSession, df: DataFrame, limit: int | None = None) -> Da
     tasks. On 30 days of history, where the changed users' lifecycle rows are such a result,
     the session models' tasks used 4-5 s less CPU in two pairs of 200,000-event days
     (docs/benchmarks.md, "Session 30"); a small result costs the encoding of its few rows into
-    the cache, dropped at once."""
+    the cache, dropped at once.
+
+    Inside `small_results(True)` the order is the other way round: the rows are fetched first
+    (no persist, no unpersist), and only a result over `limit` is persisted, and computed again
+    on its first use.
+
+    With the DataFrame, the Arrow rows it was made of when it is driver-local (None: persisted)."""
     limit = LOCAL_ROWS if limit is None else limit
+    if _FETCH_FIRST.get():
+        return _once(spark, df, limit, True)
     kept = persist_compact(spark, df)
     table, schema = fetch_arrow(kept.limit(limit + 1))
     if table.num_rows <= limit:
         kept.unpersist()
-        return arrow_frame(spark, table, schema=schema)
-    return kept
+        return arrow_frame(spark, table, schema=schema), table
+    return kept, None
+
+
+def computed_once(
+    spark: SparkSession, df: DataFrame, limit: int | None = None, fetch_first: bool | None = None
+) -> DataFrame:
+    """`df` computed once for several later reads. With `fetch_first` (default: inside
+    `small_results(True)`), its first `limit` + 1 rows (default LOCAL_ROWS) are fetched, and
+    when that is all of them they become a driver-local DataFrame (no persist, no unpersist);
+    otherwise, and when it is larger, `df` is persisted (unpersist when done) and computed again
+    on its first use. Without, it is persisted and nothing is fetched: the caller expects a
+    large result."""
+    limit = LOCAL_ROWS if limit is None else limit
+    fetch_first = _FETCH_FIRST.get() if fetch_first is None else fetch_first
+    return _once(spark, df, limit, fetch_first)[0]
+
+
+def _once(
+    spark: SparkSession, df: DataFrame, limit: int, fetch_first: bool
+) -> tuple[DataFrame, pa.Table | None]:
+    if fetch_first:
+        table, schema = fetch_arrow(df.limit(limit + 1))
+        if table.num_rows <= limit:
+            return arrow_frame(spark, table, schema=schema), table
+    return persist_compact(spark, df), None
 
 
 # At most this many keys are collected, and as many rows kept, for a driver read of a table's rows
@@ -103,24 +163,36 @@ def keyed_rows(
     with its keys: this only spares Spark's scan of the whole table, 0.4-1.8 s per read of
     `sessions` in a small run on the 30-day benchmark home (docs/benchmarks.md, "Session 33").
     A key given as None (too many to collect) sends the read to Spark."""
+    return keyed_read(spark, path, schema, keys, version)[0]
+
+
+def keyed_read(
+    spark: SparkSession,
+    path: str,
+    schema: str,
+    keys: Mapping[str, DataFrame | pa.Array | None],
+    version: int | None = None,
+) -> tuple[DataFrame, pa.Table | None]:
+    """`keyed_rows`, with the Arrow rows the driver read when the DataFrame is made of them
+    (exactly the rows of the keys; None: Spark reads the table)."""
     table = delta_table(path, version)
     if table is None:
-        return spark.createDataFrame([], schema)
+        return spark.createDataFrame([], schema), None
     arrays = {}
     for column, values in keys.items():
         if isinstance(values, DataFrame):
             values = key_values(values, column)
         if values is None:
-            return table_or_empty(spark, path, schema)
+            return table_or_empty(spark, path, schema), None
         arrays[column] = values
     names = [c for c, _ in schema_pairs(schema)]
     rows = rows_by_key(table, arrays, columns=names, limit=KEYED_ROWS)
     if rows is None:
-        return table_or_empty(spark, path, schema)
+        return table_or_empty(spark, path, schema), None
     try:
-        return arrow_frame(spark, rows, schema=schema)
+        return arrow_frame(spark, rows, schema=schema), rows
     except Exception:  # noqa: BLE001 - a stored type `schema` does not take: Spark reads the
-        return table_or_empty(spark, path, schema)  # table (its own types), as `local_table`
+        return table_or_empty(spark, path, schema), None  # table (its own types), as `local_table`
 
 
 def without_unchanged(

@@ -45,6 +45,9 @@ class ModelOutcome:
     consumed_version_before: int | None = None
     consumed_version_after: int | None = None
     seconds: float = 0.0
+    # Where the rows written were computed: "driver" or "spark" (None: not run). The sessions
+    # model: their replacement and numbering; a user model: its rows.
+    computed_by: str | None = None
 
     @property
     def total_rows_read(self) -> int:
@@ -94,6 +97,8 @@ class ModelOutcome:
             md["failed"] = self.failed
         if self.full_rebuild_reason:
             md["full rebuild"] = self.full_rebuild_reason
+        if self.computed_by:
+            md["rows computed by"] = self.computed_by
         for name, value in self.rows_read.items():
             md[f"rows read: {name}"] = value
         for name, value in self.rows_written.items():

@@ -41,7 +41,7 @@ from sessionize_assets.resources.tables import (
     SESSIONS_LIFECYCLE_MANIFEST,
 )
 from sessionize_assets.sessions.changes import Changes, FeedGone, read_changes
-from sessionize_assets.sessions.frames import add_counts, small_run
+from sessionize_assets.sessions.frames import add_counts, small_results, small_run
 from sessionize_assets.sessions.modes import mode_for
 from sessionize_assets.sessions.outcome import ModelOutcome, SessionModelError, SessionRunOutcome
 from sessionize_assets.sessions.state import (
@@ -229,7 +229,7 @@ def _run_session_models(
                     continue
                 add_counts(outcome.excluded, changes.excluded)
                 small = small_run(changes.window_rows + changes.feed_rows)
-                with small_query_conf(spark, small):
+                with small_query_conf(spark, small), small_results(small):
                     if model == SESSIONS:
                         sessions_users = process_sessions(
                             spark,

@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sessionize_assets import faults
+from sessionize_assets.core import renumbering, user_models
 from sessionize_assets.core import sessionize as core
 from sessionize_assets.core.clock import as_utc, from_micros
 from sessionize_assets.core.run_limits import RunLimits
@@ -25,15 +26,17 @@ from sessionize_assets.resources.delta import (
     distinct_values,
     ensure_table,
     merge,
+    merge_rows,
     newest_value,
     nulls_for,
     overwrite,
     read_pinned,
     rows_by_key,
+    same_types,
     schema_pairs,
     table_or_empty,
 )
-from sessionize_assets.resources.spark import fetch_arrow, persist_compact
+from sessionize_assets.resources.spark import arrow_frame, fetch_arrow
 from sessionize_assets.resources.tables import (
     FILTERED_EVENTS,
     QUARANTINED_SESSIONS,
@@ -46,9 +49,12 @@ from sessionize_assets.sessions.changes import Changes
 from sessionize_assets.sessions.frames import (
     KEYED_ROWS,
     add_counts,
+    computed_once,
     key_values,
+    keyed_read,
     keyed_rows,
     localize,
+    localized,
     reason_counts,
     reasons_from,
     without_unchanged,
@@ -67,6 +73,10 @@ from sessionize_assets.settings import Settings
 
 # --- The sessions model -------------------------------------------------------------------------
 
+# In a small run the touched sessions' events are driver-local up to this many rows
+# (`computed_once`): a few thousand on the 30-day benchmark home.
+TOUCHED_EVENTS_ROWS = 100_000
+
 
 @dataclass
 class SessionsWrite:
@@ -80,17 +90,29 @@ class SessionsWrite:
     content_changed: int  # recomputed sessions that are new or differ from the table's row
     deleted: int
     rows_read: int  # later sessions renumbered + one per user for the count of earlier ones
+    computed_by: str = "spark"  # or "driver" (`core.renumbering`)
 
 
 def replace_sessions(
-    spark: SparkSession, path: str, new_sessions: DataFrame, replaced_ids: DataFrame
+    spark: SparkSession,
+    path: str,
+    new_sessions: DataFrame,
+    replaced_ids: DataFrame,
+    new_rows: pa.Table | None = None,
 ) -> SessionsWrite:
     """Replace the sessions `replaced_ids` by `new_sessions` (not numbered) in one MERGE, and
     renumber the touched users' later sessions.
 
     Only the touched users' sessions starting at or after the earliest replaced or new session
     are read and renumbered; earlier ones keep their numbers (their count is the largest of them).
-    """
+
+    `new_rows`: `new_sessions` as the driver holds them, when it does; the replacement is then
+    computed in plain Python (`core.renumbering`) when the driver also reads the stored rows it
+    needs (`_replace_on_driver`), else by Spark."""
+    if new_rows is not None:
+        done = _replace_on_driver(spark, path, new_rows, replaced_ids)
+        if done is not None:
+            return done
     replaced = replaced_ids.select("session_identifier").distinct()
     new = new_sessions.select(*[c for c in core.SESSION_COLUMNS if c != "session_number"])
     target = stored_sessions_of(spark, path, replaced, new)
@@ -203,6 +225,79 @@ def replace_sessions(
     )
 
 
+USERS_FROM_SCHEMA = "user_identifier string, _from timestamp"
+
+
+def _replace_on_driver(
+    spark: SparkSession, path: str, new_rows: pa.Table, replaced_ids: DataFrame
+) -> SessionsWrite | None:
+    """`replace_sessions` in plain Python (`core.renumbering.replacement`) over the stored rows
+    of the replaced and new ids and of their users, read by delta-rs; the changed rows written
+    through the driver when it can (`merge_rows`). None, having written nothing, when the table
+    is absent or delta-rs cannot read those rows (Spark replaces them then)."""
+    table = delta_table(path)
+    if table is None:
+        return None
+    replaced, _ = fetch_arrow(replaced_ids.select("session_identifier").limit(KEYED_ROWS + 1))
+    if replaced.num_rows > KEYED_ROWS:
+        return None
+    ids = distinct_values(
+        pa.chunked_array(
+            [
+                replaced.column(0).cast(pa.string()),
+                new_rows.column("session_identifier").cast(pa.string()),
+            ]
+        )
+    )
+    owners = rows_by_key(
+        table, {"session_identifier": ids}, columns=["user_identifier"], limit=KEYED_ROWS
+    )
+    if owners is None:
+        return None
+    users = distinct_values(
+        pa.chunked_array(
+            [
+                new_rows.column("user_identifier").cast(pa.string()),
+                owners.column("user_identifier").cast(pa.string()),
+            ]
+        )
+    )
+    names = [c for c, _ in schema_pairs(SESSIONS_SCHEMA)]
+    stored = rows_by_key(
+        table,
+        {"session_identifier": ids, "user_identifier": users},
+        columns=names,
+        limit=KEYED_ROWS,
+    )
+    if stored is None or not same_types(stored.schema, renumbering.sessions_schema()):
+        return None
+    plan = renumbering.replacement(
+        new_rows.to_pylist(), replaced.column(0).to_pylist(), stored.to_pylist()
+    )
+    if plan.source:
+        source = pa.Table.from_pylist(plan.source, schema=renumbering.sessions_schema(True))
+        merge_rows(spark, path, source, "session_identifier", SESSIONS_SCHEMA)
+    touched = arrow_frame(
+        spark,
+        pa.table(
+            {
+                "user_identifier": pa.array(list(plan.users), pa.string()),
+                "_from": pa.array(list(plan.users.values()), pa.timestamp("us", tz="UTC")),
+            }
+        ),
+        schema=USERS_FROM_SCHEMA,
+    )
+    return SessionsWrite(
+        users=touched,
+        written=plan.written,
+        fresh=plan.fresh,
+        content_changed=plan.content_changed,
+        deleted=plan.deleted,
+        rows_read=plan.rows_read,
+        computed_by="driver",
+    )
+
+
 def stored_sessions_of(
     spark: SparkSession, path: str, replaced: DataFrame, new: DataFrame
 ) -> DataFrame:
@@ -258,17 +353,20 @@ def process_sessions(
     lc_path = table_path(SESSIONS_LIFECYCLE_MANIFEST)
     touched = mode.touched(spark, snapshot, lc_path, changes, limits)
     outcome.rows_read["lifecycle rows"] = touched.lifecycle_rows
-    read = persist_compact(spark, core.with_reason(touched.read, settings))
+    read = computed_once(spark, core.with_reason(touched.read, settings), TOUCHED_EVENTS_ROWS)
     read_stats = read.agg(F.count(F.lit(1)).alias("n"), *reason_counts()).collect()[0]
     outcome.rows_read["events of touched sessions"] = int(read_stats["n"] or 0)
     add_counts(outcome.excluded, reasons_from(read_stats))
     result = mode.sessionize(read.filter(F.col(core.REASON).isNull()).drop(core.REASON), touched)
-    computed = localize(spark, mode.in_scope(result.sessions, touched))
+    computed, computed_rows = localized(spark, mode.in_scope(result.sessions, touched))
     excluded_stats = result.excluded.agg(*reason_counts()).collect()[0]
     add_counts(outcome.excluded, reasons_from(excluded_stats))
 
-    write = replace_sessions(spark, table_path(SESSIONS), computed, touched.replaced_ids)
+    write = replace_sessions(
+        spark, table_path(SESSIONS), computed, touched.replaced_ids, computed_rows
+    )
     outcome.rows_read["sessions renumbered or counted"] = write.rows_read
+    outcome.computed_by = write.computed_by
     outcome.rows_written["sessions written"] = write.written
     outcome.rows_written["sessions deleted"] = write.deleted
     outcome.rows_written["sessions renumbered only"] = write.written - write.content_changed
@@ -424,6 +522,7 @@ class TouchedUsers:
     users: DataFrame  # user_identifier, distinct
     keys: dict[str, pa.Array | None]  # their ids, for the models' keyed reads
     sessions: DataFrame  # their rows of sessions
+    session_rows: pa.Table | None = None  # the same rows as the driver read them (None: Spark)
 
     def unpersist(self) -> None:
         self.users.unpersist()
@@ -435,11 +534,11 @@ def touched_users(spark: SparkSession, table_path: TablePath, users: DataFrame) 
     users = localize(spark, users)
     try:
         keys = {"user_identifier": key_values(users, "user_identifier")}
-        sessions = keyed_rows(spark, table_path(SESSIONS), SESSIONS_SCHEMA, keys)
+        sessions, rows = keyed_read(spark, table_path(SESSIONS), SESSIONS_SCHEMA, keys)
     except Exception:
         users.unpersist()
         raise
-    return TouchedUsers(users, keys, sessions.join(users, "user_identifier", "left_semi"))
+    return TouchedUsers(users, keys, sessions.join(users, "user_identifier", "left_semi"), rows)
 
 
 def process_user_model(
@@ -450,7 +549,13 @@ def process_user_model(
     outcome: ModelOutcome,
 ) -> None:
     """Recompute the model's rows of the touched users from their sessions; users left without
-    sessions go. `touched` is the caller's to unpersist."""
+    sessions go. `touched` is the caller's to unpersist. On the driver when it read the users'
+    sessions and the model's stored rows of them in the model's types (`_user_model_on_driver`),
+    else in Spark."""
+    if _user_model_on_driver(spark, table_path(model), model, touched, outcome):
+        outcome.computed_by = "driver"
+        return
+    outcome.computed_by = "spark"
     users, keys = touched.users, touched.keys
     # Computed once: the source's rows and the users left without any both use them.
     rows = localize(spark, user_model_rows(model, touched.sessions))
@@ -490,6 +595,37 @@ def process_user_model(
     changed.unpersist()
     source.unpersist()
     rows.unpersist()
+
+
+def _user_model_on_driver(
+    spark: SparkSession, path: str, model: str, touched: TouchedUsers, outcome: ModelOutcome
+) -> bool:
+    """`process_user_model` in plain Python (`core.user_models`) when the driver holds the
+    touched users' sessions and reads the model's stored rows of them, of the model's own types
+    (Spark's values and writer otherwise); the changed rows are written through the driver when
+    it can (`merge`). False, having written nothing, when it cannot."""
+    users = touched.keys.get("user_identifier")
+    table = delta_table(path)
+    if touched.session_rows is None or users is None or table is None:
+        return False
+    columns = list(user_models.MODEL_COLUMNS[model])
+    stored = rows_by_key(table, {"user_identifier": users}, columns=columns, limit=KEYED_ROWS)
+    schema = user_models.source_schema(model)
+    if stored is None or not same_types(stored.schema, pa.schema(list(schema)[:-1])):
+        return False
+    rows = user_models.user_rows(model, touched.session_rows.to_pylist())
+    changed, source_rows = user_models.changed_rows(
+        rows, users.to_pylist(), stored.to_pylist(), columns
+    )
+    outcome.rows_read["sessions of touched users"] = sum(r["sessions"] for r in rows)
+    outcome.touched = source_rows
+    deleted = sum(r["_delete"] for r in changed)
+    if changed:
+        data = pa.Table.from_pylist(changed, schema=schema)
+        merge_rows(spark, path, data, "user_identifier", USER_MODEL_SCHEMAS[model])
+    outcome.rows_written[f"{model} rows written"] = len(changed) - deleted
+    outcome.rows_written[f"{model} rows deleted"] = deleted
+    return True
 
 
 # --- Full rebuilds ------------------------------------------------------------------------------
