@@ -10,7 +10,6 @@ home (docs/benchmarks.md, "Session 36").
 from __future__ import annotations
 
 import datetime as dt
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +19,7 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from sessionize_assets.core.sessionize import SESSION_COLUMNS
+from sessionize_assets.core.user_models import same_value
 
 CONTENT = tuple(c for c in SESSION_COLUMNS if c not in ("session_identifier", "session_number"))
 _TYPES = {
@@ -59,15 +59,6 @@ class Replacement:
     fresh: int
     content_changed: int
     rows_read: int
-
-
-def _same(value: Any, other: Any) -> bool:
-    """Spark's equality of two struct fields (nulls equal, NaNs equal, 0.0 equals -0.0)."""
-    if value is None or other is None:
-        return value is None and other is None
-    if isinstance(value, float) and isinstance(other, float):
-        return value == other or (math.isnan(value) and math.isnan(other))
-    return value == other
 
 
 def _order(row: Mapping[str, Any]) -> tuple:
@@ -119,7 +110,7 @@ def replacement(
     fresh = []
     for row in new:
         old = by_id.get(row["session_identifier"])
-        same = old is not None and all(_same(row[c], old[c]) for c in CONTENT)
+        same = old is not None and all(same_value(row[c], old[c]) for c in CONTENT)
         fresh.append(
             {
                 **{c: row[c] for c in SESSION_COLUMNS if c != "session_number"},
@@ -139,7 +130,7 @@ def replacement(
     source = []
     written = 0
     for row in [*kept, *fresh]:
-        if not row["_same"] or not _same(row["_old"], row["session_number"]):
+        if not row["_same"] or not same_value(row["_old"], row["session_number"]):
             written += 1
             source.append({**{c: row[c] for c in SESSION_COLUMNS}, "_delete": False})
     deletes = sorted(replaced - new_ids)

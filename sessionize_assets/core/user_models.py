@@ -122,8 +122,9 @@ def _stats(user: str, rows: list[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _same(value: Any, other: Any) -> bool:
-    """Spark's null-safe equality (`<=>`): nulls are equal, and so are two NaNs."""
+def same_value(value: Any, other: Any) -> bool:
+    """Spark's null-safe equality (`<=>`, and a struct's field by field): nulls are equal, so
+    are two NaNs, and 0.0 equals -0.0."""
     if value is None or other is None:
         return value is None and other is None
     if isinstance(value, float) and isinstance(other, float):
@@ -150,7 +151,9 @@ def changed_rows(
     changed = [
         {**{c: row[c] for c in columns}, "_delete": False}
         for row in rows
-        if not any(all(_same(row[c], s[c]) for c in columns) for s in by_user.get(row[KEY], []))
+        if not any(
+            all(same_value(row[c], s[c]) for c in columns) for s in by_user.get(row[KEY], [])
+        )
     ]
     changed += [
         {**{c: (user if c == KEY else None) for c in columns}, "_delete": True}
