@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from pyspark.sql import functions as F
 
 from sessionize_assets.resources.spark import small_query_conf
@@ -39,3 +40,22 @@ def test_a_run_is_small_when_what_it_takes_on_is_small_whatever_the_history():
 
     assert small_run(10) and small_run(SMALL_RUN_ROWS)
     assert not small_run(SMALL_RUN_ROWS + 1)  # takes on many rows
+
+
+@pytest.mark.parametrize("fetch_first", [False, True])
+def test_a_result_over_the_limit_stays_whole_whichever_is_computed_first(
+    spark, fetch_first
+) -> None:
+    from sessionize_assets.sessions.frames import localized, small_results
+
+    rows = spark.createDataFrame([(i,) for i in range(5)], "n long")
+    with small_results(fetch_first):
+        small, small_rows = localized(spark, rows.filter("n < 2"), limit=2)
+        large, large_rows = localized(spark, rows, limit=2)
+    # At most the limit: driver-local, with the Arrow rows it was made of.
+    assert small_rows is not None and sorted(small_rows.column("n").to_pylist()) == [0, 1]
+    assert sorted(r.n for r in small.collect()) == [0, 1]
+    # Over it: Spark keeps every row (none cut at the limit's fetch), no Arrow rows.
+    assert large_rows is None
+    assert sorted(r.n for r in large.collect()) == [0, 1, 2, 3, 4]
+    large.unpersist()
