@@ -328,13 +328,19 @@ def local_changes(
 DRIVER_SCAN_ROWS = 2_000_000
 
 
-def distinct_values(column: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """The distinct non-null values of an Arrow column (the keys `rows_by_key` takes)."""
+def distinct_values(*columns: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """The distinct non-null values of one or more Arrow columns of one type (the keys
+    `rows_by_key` takes). The columns' chunks are joined as they are: a column with no chunk
+    (an empty table's) adds nothing and does not change the type."""
     import pyarrow.compute as pc
 
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    return pc.unique(pc.drop_null(column))
+    chunks = [
+        chunk
+        for column in columns
+        for chunk in (column.chunks if isinstance(column, pa.ChunkedArray) else [column])
+    ]
+    joined = pa.chunked_array(chunks, type=columns[0].type).combine_chunks()
+    return pc.unique(pc.drop_null(joined))
 
 
 def rows_by_key(

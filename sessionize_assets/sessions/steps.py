@@ -243,12 +243,8 @@ def _replace_on_driver(
     if replaced.num_rows > KEYED_ROWS:
         return None
     ids = distinct_values(
-        pa.chunked_array(
-            [
-                replaced.column(0).cast(pa.string()),
-                new_rows.column("session_identifier").cast(pa.string()),
-            ]
-        )
+        replaced.column(0).cast(pa.string()),
+        new_rows.column("session_identifier").cast(pa.string()),
     )
     owners = rows_by_key(
         table, {"session_identifier": ids}, columns=["user_identifier"], limit=KEYED_ROWS
@@ -256,12 +252,8 @@ def _replace_on_driver(
     if owners is None:
         return None
     users = distinct_values(
-        pa.chunked_array(
-            [
-                new_rows.column("user_identifier").cast(pa.string()),
-                owners.column("user_identifier").cast(pa.string()),
-            ]
-        )
+        new_rows.column("user_identifier").cast(pa.string()),
+        owners.column("user_identifier").cast(pa.string()),
     )
     names = [c for c, _ in schema_pairs(SESSIONS_SCHEMA)]
     stored = rows_by_key(
@@ -322,12 +314,8 @@ def stored_sessions_of(
     if theirs is None:
         return table_or_empty(spark, path, SESSIONS_SCHEMA)
     users = distinct_values(
-        pa.chunked_array(
-            [
-                data.column("user_identifier").cast(pa.string()),
-                theirs.column("user_identifier").cast(pa.string()),
-            ]
-        )
+        data.column("user_identifier").cast(pa.string()),
+        theirs.column("user_identifier").cast(pa.string()),
     )
     return keyed_rows(
         spark,

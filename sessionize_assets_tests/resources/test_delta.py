@@ -593,3 +593,18 @@ def test_a_driver_append_is_the_rows_spark_would_append_once_per_transaction(
     monkeypatch.setattr(deltalake, "write_deltalake", beaten_once)
     assert append_from_driver(path, data, {"txnAppId": "racing", "txnVersion": "1"})
     assert len(attempts) == 1 and spark.read.format("delta").load(path).count() == 3
+
+
+def test_distinct_values_of_several_columns_whatever_their_chunks():
+    """The keys of several columns, one of them an empty table's (a column of no chunk: joined
+    as Python values, its type was lost and the next column's strings were refused), nulls left
+    out."""
+    from sessionize_assets.resources.delta import distinct_values
+
+    empty = pa.chunked_array([], pa.string())
+    assert empty.num_chunks == 0
+    some = pa.chunked_array([pa.array(["b", None, "a"]), pa.array(["a", "c"])])
+    got = distinct_values(empty, some, pa.array([None, "d"], pa.string()))
+    assert got.type == pa.string()
+    assert sorted(got.to_pylist()) == ["a", "b", "c", "d"]
+    assert distinct_values(empty).to_pylist() == []
