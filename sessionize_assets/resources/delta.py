@@ -296,6 +296,18 @@ def local_changes(
     `limit` rows (default LOCAL_READ_ROWS). None otherwise, and on any error (a version no longer
     in the log, a file vacuumed, a feature delta-rs cannot read): Spark's read then says what is
     wrong."""
+    data = local_changes_arrow(path, starting_version, ending_version, columns, limit)
+    return None if data is None else arrow_frame(spark, data)
+
+
+def local_changes_arrow(
+    path: str,
+    starting_version: int,
+    ending_version: int,
+    columns: Sequence[str],
+    limit: int | None = None,
+) -> pa.Table | None:
+    """`local_changes`' rows as Arrow (strings as plain strings)."""
     limit = LOCAL_READ_ROWS if limit is None else limit
     table = delta_table(path)
     if table is None or limit < 0:
@@ -315,7 +327,7 @@ def local_changes(
                 return None
             batches.append(batch)
         data = pa.Table.from_batches(batches, schema=stream.schema)
-        return arrow_frame(spark, data.cast(_without_views(data.schema)))
+        return data.cast(_without_views(data.schema))
     except Exception:  # noqa: BLE001 - Spark reads the feed and classifies the failure
         return None
 
@@ -406,6 +418,63 @@ def rows_by_key(
             "delta-rs could not read %s by key (%s); Spark reads it", table.table_uri, error
         )
         return None
+
+
+def scan_pruned(
+    table: Any,
+    pruning: list[list[tuple[str, str, Any]]],
+    columns: Sequence[str],
+    row_filter: Any,
+    *,
+    scan_limit: int,
+    keep_limit: int,
+) -> pa.Table | None:
+    """The rows of the delta-rs `table` matching `row_filter` (a pyarrow dataset expression),
+    `columns` of them, read from the files the Delta log's statistics leave for `pruning` (tuple
+    filters in disjunctive normal form; a superset of the files holding matching rows). None
+    when the table needs a reader feature, a chosen file has no row count, the chosen files
+    hold more than `scan_limit` rows by the log, more than `keep_limit` rows match, or delta-rs
+    fails: the caller reads with Spark then."""
+    if table is None or table.protocol().min_reader_version > 1:
+        return None
+    try:
+        chosen = table.file_uris(file_pruning_predicate=pruning)
+        actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+        # Spark's and delta-rs's file names are unique (a UUID each): row counts by name.
+        counts = {str(a["path"]).rsplit("/", 1)[-1]: a.get("num_records") for a in actions}
+        scanned = 0
+        for uri in chosen:
+            count = counts.get(uri.rsplit("/", 1)[-1])
+            if count is None:
+                return None
+            scanned += int(count)
+        if scanned > scan_limit:
+            return None
+        dataset = table.to_pyarrow_dataset(file_pruning_predicate=pruning)
+        data = dataset.to_table(columns=list(columns), filter=row_filter)
+    except Exception as error:  # noqa: BLE001 - any failure: Spark reads the rows
+        logging.getLogger(__name__).warning(
+            "delta-rs could not read %s (%s); Spark reads it", table.table_uri, error
+        )
+        return None
+    if data.num_rows > keep_limit:
+        return None
+    return data.cast(_without_views(data.schema))
+
+
+# Delta's file statistics keep timestamps to the millisecond: a pruning filter on a timestamp
+# is widened by this much (rows are filtered exactly after the read).
+STATS_SLACK = dt.timedelta(seconds=1)
+
+
+def timestamp_spans_pruning(
+    column: str, spans: Iterable[tuple[dt.datetime, dt.datetime]]
+) -> list[list[tuple[str, str, Any]]]:
+    """Tuple filters (disjunctive normal form) for the files that may hold rows of `column` in
+    any of the [lo, hi] `spans`, widened by STATS_SLACK."""
+    return [
+        [(column, ">=", lo - STATS_SLACK), (column, "<=", hi + STATS_SLACK)] for lo, hi in spans
+    ]
 
 
 def _without_views(schema: pa.Schema) -> pa.Schema:

@@ -175,12 +175,20 @@ def arrow_frame(spark: SparkSession, table: pa.Table, schema: Any = None) -> Dat
     The table's empty record batches are dropped first: pyspark 4.2's classic `createDataFrame`
     keeps only the batches before the first empty one that follows a non-empty one (batches of
     1, 0 and 1 rows give a DataFrame of 1 row), and a delta-rs scan filtered in memory, or a
-    table put together from parts, can hold empty batches anywhere."""
+    table put together from parts, can hold empty batches anywhere. A table of no rows without
+    `schema` gets its Arrow schema's: Spark Connect infers none from no rows."""
     batches = [b for b in table.to_batches() if b.num_rows]
     if not batches:  # one empty batch: a column of no chunks fails the timestamp conversion
         batches = [
             pa.record_batch([pa.array([], type=f.type) for f in table.schema], schema=table.schema)
         ]
+        if schema is None:  # Spark Connect infers no schema from no rows: it is Arrow's
+            from pyspark.sql.pandas.types import from_arrow_schema
+
+            try:
+                schema = from_arrow_schema(table.schema)
+            except (TypeError, ValueError, NotImplementedError):
+                schema = None
     return spark.createDataFrame(pa.Table.from_batches(batches, schema=table.schema), schema=schema)
 
 

@@ -608,3 +608,73 @@ def test_distinct_values_of_several_columns_whatever_their_chunks():
     assert got.type == pa.string()
     assert sorted(got.to_pylist()) == ["a", "b", "c", "d"]
     assert distinct_values(empty).to_pylist() == []
+
+
+def test_a_pruned_scan_keeps_every_matching_row_and_refuses_over_its_limits(spark, tmp_path):
+    """`scan_pruned` keeps the files the Delta log's statistics cannot rule out: a row inside a
+    span by less than a millisecond (statistics are kept to the millisecond: STATS_SLACK widens
+    the spans, and delta-rs compares in milliseconds too), files without statistics
+    (`delta.dataSkippingNumIndexedCols` = 0) and rows whose timestamp is null but whose other
+    column matches; it refuses (None) a scan or a result over its limits."""
+    import datetime as dt
+
+    import pyarrow.compute as pc
+
+    utc = dt.UTC
+    base = dt.datetime(2024, 1, 10, tzinfo=utc)
+    edge = base + dt.timedelta(microseconds=999)  # in the millisecond the statistics truncate to
+    rows = [
+        (f"e{i}", base + dt.timedelta(hours=i), base + dt.timedelta(days=1, hours=i))
+        for i in range(0, 48, 3)
+    ]
+    schema = "id string, ts timestamp, loaded timestamp"
+    with_stats = str(tmp_path / "with_stats")
+    without = str(tmp_path / "without_stats")
+    frame = spark.createDataFrame(rows, schema).repartition(6, "id")
+    # The edge row alone in its file: its statistics say `base`, a microsecond before the span.
+    # So is the row of no timestamp (no minimum or maximum for it).
+    alone = [
+        spark.createDataFrame([row], schema).coalesce(1)
+        for row in [("edge", edge, base), ("null", None, base + dt.timedelta(hours=5))]
+    ]
+    frame.write.format("delta").save(with_stats)
+    spark.sql(
+        f"CREATE TABLE delta.`{without}` ({schema}) USING delta "
+        "TBLPROPERTIES ('delta.dataSkippingNumIndexedCols' = '0')"
+    )
+    frame.write.format("delta").mode("append").save(without)
+    for one in alone:
+        one.write.format("delta").mode("append").save(with_stats)
+        one.write.format("delta").mode("append").save(without)
+    lo = edge  # the span starts at the edge row's exact microsecond
+    hi = base + dt.timedelta(hours=10)
+    load_lo, load_hi = base + dt.timedelta(hours=4), base + dt.timedelta(hours=6)
+    ts, loaded = pc.field("ts"), pc.field("loaded")
+    stamp = pa.timestamp("us", tz="UTC")
+    inside = (ts >= pa.scalar(lo, stamp)) & (ts <= pa.scalar(hi, stamp))
+    inside = inside | (ts.is_null() & (loaded >= pa.scalar(load_lo, stamp)))
+    inside = inside & (loaded <= pa.scalar(dt.datetime(2030, 1, 1, tzinfo=utc), stamp))
+    pruning = [
+        *delta.timestamp_spans_pruning("ts", [(lo, hi)]),
+        *delta.timestamp_spans_pruning("loaded", [(load_lo, load_hi)]),
+    ]
+    expected = {"edge", "null", "e3", "e6", "e9"}
+    for path in (with_stats, without):
+        table = delta.delta_table(path)
+        kept = delta.scan_pruned(
+            table, pruning, ["id", "ts"], inside, scan_limit=1000, keep_limit=1000
+        )
+        assert kept is not None and set(kept.column("id").to_pylist()) == expected, path
+        assert kept.num_rows == len(expected)
+    # The statistics prune: a span of no row leaves no file of the table with statistics.
+    far = base + dt.timedelta(days=300)
+    assert (
+        delta.delta_table(with_stats).file_uris(
+            file_pruning_predicate=delta.timestamp_spans_pruning("ts", [(far, far)])
+        )
+        == []
+    )
+    # Over the limits: None, for Spark to read.
+    table = delta.delta_table(with_stats)
+    assert delta.scan_pruned(table, pruning, ["id"], inside, scan_limit=1, keep_limit=1000) is None
+    assert delta.scan_pruned(table, pruning, ["id"], inside, scan_limit=1000, keep_limit=4) is None
