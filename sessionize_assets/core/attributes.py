@@ -150,56 +150,86 @@ def attributes_from_rows(daily: pa.Table, as_of: dt.date, windows: Sequence[int]
     A refresh recomputes the users whose rows can differ (about 25,000 of 240,000 on a
     5,000-event day of the 30-day benchmark home); handing them to Spark cost about 1.2 s more
     there (docs/benchmarks.md, "Session 35")."""
-    starts = {n: window_start(as_of, n) for n in windows}
-    columns = list(BASE_COLUMNS)  # user, event day, then the five the rows add up
-    data = daily.select(columns).to_pydict()
-    users: dict[str, dict[str, Any]] = {}
-    for user, day, total, views, first, last, counts in zip(
-        *(data[c] for c in columns), strict=True
-    ):
-        if user is None or day is None or day > as_of:
-            continue
-        row = users.get(user)
-        if row is None:
-            row = users[user] = {
-                "total_events": None,
-                "page_views": None,
-                "active_days": 0,
-                "first_event_tstamp": None,
-                "last_event_tstamp": None,
-                EVENT_COUNTS: None,
-                **{f"{m}_last_{n}_days": 0 for n in windows for m in WINDOWED_METRICS},
-            }
-        row["total_events"] = _plus(row["total_events"], total)
-        row["page_views"] = _plus(row["page_views"], views)
-        row["active_days"] += 1
-        if first is not None and (
-            row["first_event_tstamp"] is None or first < row["first_event_tstamp"]
-        ):
-            row["first_event_tstamp"] = first
-        if last is not None and (
-            row["last_event_tstamp"] is None or last > row["last_event_tstamp"]
-        ):
-            row["last_event_tstamp"] = last
-        if counts is not None:  # summed key by key (a null count is 0), as `summed_maps`
-            summed = row[EVENT_COUNTS] = row[EVENT_COUNTS] or {}
-            for name, n in counts:
-                summed[name] = summed.get(name, 0) + (n or 0)
-        for n, start in starts.items():
-            if day >= start:
-                row[f"total_events_last_{n}_days"] += total or 0
-                row[f"page_views_last_{n}_days"] += views or 0
-                row[f"active_days_last_{n}_days"] += 1
-    names = attribute_columns(windows, ())
-    values: dict[str, list[Any]] = {name: [] for name in names}
-    for user, row in users.items():
-        row[USER_IDENTIFIER], row["as_of"] = user, as_of
-        if row[EVENT_COUNTS] is not None:
-            row[EVENT_COUNTS] = sorted(row[EVENT_COUNTS].items())
-        for name in names:
-            values[name].append(row[name])
+    import pyarrow.compute as pc
+
+    day_type = daily.schema.field(EVENT_DATE).type
+    rows = daily.select(list(BASE_COLUMNS))
+    rows = rows.filter(
+        pc.and_(
+            pc.and_(pc.is_valid(rows[USER_IDENTIFIER]), pc.is_valid(rows[EVENT_DATE])),
+            pc.less_equal(rows[EVENT_DATE], pa.scalar(as_of, day_type)),
+        )
+    )
+    lifetime = rows.group_by(USER_IDENTIFIER).aggregate(
+        [
+            ("total_events", "sum"),
+            ("page_views", "sum"),
+            ([], "count_all"),
+            ("first_event_tstamp", "min"),
+            ("last_event_tstamp", "max"),
+        ]
+    )
+    users = lifetime[USER_IDENTIFIER].to_pylist()
+    values: dict[str, list[Any]] = {
+        USER_IDENTIFIER: users,
+        "total_events": lifetime["total_events_sum"].to_pylist(),
+        "page_views": lifetime["page_views_sum"].to_pylist(),
+        "active_days": lifetime["count_all"].to_pylist(),
+        "first_event_tstamp": lifetime["first_event_tstamp_min"].to_pylist(),
+        "last_event_tstamp": lifetime["last_event_tstamp_max"].to_pylist(),
+        EVENT_COUNTS: _summed_counts(rows, users),
+        "as_of": [as_of] * len(users),
+    }
+    for n in windows:
+        start = pa.scalar(window_start(as_of, n), day_type)
+        recent = rows.filter(pc.greater_equal(rows[EVENT_DATE], start))
+        recent = recent.group_by(USER_IDENTIFIER).aggregate(
+            [("total_events", "sum"), ("page_views", "sum"), ([], "count_all")]
+        )
+        of_user = {
+            user: (total or 0, views or 0, days)
+            for user, total, views, days in zip(
+                recent[USER_IDENTIFIER].to_pylist(),
+                recent["total_events_sum"].to_pylist(),
+                recent["page_views_sum"].to_pylist(),
+                recent["count_all"].to_pylist(),
+                strict=True,
+            )
+        }
+        for i, metric in enumerate(WINDOWED_METRICS):
+            values[f"{metric}_last_{n}_days"] = [of_user.get(u, (0, 0, 0))[i] for u in users]
     schema = to_arrow_schema(driver_attributes_schema(windows), timezone="UTC")
     return pa.table([pa.array(values[f.name], type=f.type) for f in schema], schema=schema)
+
+
+def _summed_counts(rows: pa.Table, users: Sequence[str]) -> list[Any]:
+    """Per user of `users`, its daily `event_counts` maps added up key by key (a null count is
+    0), sorted by event name, as `summed_maps` gives them: null when every map of the user is
+    null, empty when its maps are all empty."""
+    import pyarrow.compute as pc
+
+    maps = rows[EVENT_COUNTS].combine_chunks()
+    owners = rows[USER_IDENTIFIER].combine_chunks()
+    with_maps = set(pc.unique(pc.filter(owners, pc.is_valid(maps))).to_pylist())
+    # As lists of (key, value): the list kernels take no map (and a map's `keys` ignore a slice).
+    kind = maps.type
+    maps = maps.cast(pa.list_(pa.struct([("key", kind.key_type), ("value", kind.item_type)])))
+    entries = pc.list_flatten(maps)
+    parents = pc.list_parent_indices(maps)
+    flat = pa.table(
+        {
+            "user": pc.take(owners, parents),
+            "name": entries.field(0),
+            "n": pc.fill_null(entries.field(1), 0),
+        }
+    )
+    sums = flat.group_by(["user", "name"]).aggregate([("n", "sum")])
+    summed: dict[str, list[tuple[str, int]]] = {u: [] for u in with_maps}
+    for user, name, n in zip(
+        sums["user"].to_pylist(), sums["name"].to_pylist(), sums["n_sum"].to_pylist(), strict=True
+    ):
+        summed[user].append((name, n))
+    return [sorted(summed[u]) if u in summed else None for u in users]
 
 
 def driver_attributes_schema(windows: Sequence[int]) -> StructType:
@@ -215,13 +245,6 @@ def driver_attributes_schema(windows: Sequence[int]) -> StructType:
     return StructType(
         [StructField(c, kinds.get(c, LongType())) for c in attribute_columns(windows, ())]
     )
-
-
-def _plus(total: int | None, value: int | None) -> int | None:
-    """A running SQL sum: nulls are skipped, and a sum of nulls only is null."""
-    if value is None:
-        return total
-    return value if total is None else total + value
 
 
 def summed_maps(maps: Column) -> Column:
