@@ -8,16 +8,27 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sessionize_assets.core import sessionize as core
 from sessionize_assets.core.clock import from_micros
 from sessionize_assets.core.run_limits import RunLimits
-from sessionize_assets.resources.delta import local_changes
+from sessionize_assets.core.schema import ROW_HASH
+from sessionize_assets.resources.delta import (
+    DRIVER_SCAN_ROWS,
+    delta_table,
+    local_changes,
+    local_changes_arrow,
+    scan_pruned,
+    timestamp_spans_pruning,
+)
+from sessionize_assets.resources.spark import arrow_frame
 from sessionize_assets.sessions.frames import (
-    computed_once,
+    computed_once_rows,
     reason_counts,
     reasons_from,
     window_filter,
@@ -56,6 +67,8 @@ class Changes:
     processed_max: dt.datetime | None
     min_usable: dt.datetime | None
     excluded: dict[str, int]
+    # `rows` as the driver holds them (with REASON, `_sign`, `_window`, `_feed`), when it does
+    rows_table: pa.Table | None = None
 
     @property
     def found_data(self) -> bool:
@@ -79,7 +92,13 @@ def read_changes(
     Feed rows are netted per content (a load day re-materialized with the same rows changes
     nothing); inserts beyond the upper limit wait for the window to reach them, removals are taken
     at once. Raises FeedGone when the feed cannot be read from `consumed_version` (vacuumed, log
-    expired)."""
+    expired).
+
+    Read, prepared and netted by the driver when the window's files (chosen by the Delta log's
+    statistics) and the feed are small enough (`driver_changes`)."""
+    driver = driver_changes(spark, path, settings, limits, version, consumed_version)
+    if driver is not None:
+        return driver
     lower, upper = limits.lower_limit, limits.upper_limit
     columns = core.source_columns(settings, snapshot.columns)
     window = core.prepare_events(
@@ -124,20 +143,10 @@ def read_changes(
         # after LOCAL_ROWS + 1 of them. A persist is a round trip of its own over Spark Connect
         # that plans the whole read, and the unpersist another (0.7 s in a small run on the
         # 30-day benchmark home).
-        rows = computed_once(spark, core.with_reason(rows, settings), fetch_first=small_feed)
-        new = (F.col("_sign") > 0) & F.col(core.REASON).isNull()
-        stats = rows.agg(
-            F.sum("_window").alias("window"),
-            F.sum("_feed").alias("feed"),
-            F.max(F.when(new, core._micros(core.SESSION_TS))).alias("processed"),
-            F.min(
-                F.when(
-                    F.col(core.REASON).isNull() & (F.col("_sign") != 0),
-                    core._micros(core.SESSION_TS),
-                )
-            ).alias("min_usable"),
-            *reason_counts(F.col("_sign") > 0),
-        ).collect()[0]
+        rows, table = computed_once_rows(
+            spark, core.with_reason(rows, settings), fetch_first=small_feed
+        )
+        stats = change_stats(table.to_pylist()) if table is not None else _spark_stats(rows)
     except Exception as exc:  # noqa: BLE001 - the feed is read lazily: classify the failure
         rows.unpersist()
         if any(marker in str(exc) for marker in FEED_GONE_MARKERS):
@@ -153,4 +162,207 @@ def read_changes(
         processed_max=from_micros(stats["processed"]),
         min_usable=from_micros(stats["min_usable"]),
         excluded=reasons_from(stats, prefix="new rows left out: "),
+        rows_table=table,
     )
+
+
+def _spark_stats(rows: DataFrame) -> Any:
+    """The change set's counts (`change_stats`' keys) computed by Spark."""
+    new = (F.col("_sign") > 0) & F.col(core.REASON).isNull()
+    return rows.agg(
+        F.sum("_window").alias("window"),
+        F.sum("_feed").alias("feed"),
+        F.max(F.when(new, core._micros(core.SESSION_TS))).alias("processed"),
+        F.min(
+            F.when(
+                F.col(core.REASON).isNull() & (F.col("_sign") != 0),
+                core._micros(core.SESSION_TS),
+            )
+        ).alias("min_usable"),
+        *reason_counts(F.col("_sign") > 0),
+    ).collect()[0]
+
+
+def change_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The change set's counts from the rows the driver holds, as `_spark_stats` gives them:
+    window and feed rows, the latest new usable session timestamp and the earliest usable one
+    (microseconds; null when none), and per rule (`rule:<rule>`) the new rows left out."""
+    from sessionize_assets.core.gap_rows import micros
+
+    stats: dict[str, Any] = {f"rule:{rule}": 0 for rule in core.EXCLUSION_RULES}
+    window = feed = 0
+    processed = min_usable = None
+    for r in rows:
+        window += r["_window"] or 0
+        feed += r["_feed"] or 0
+        reason, sign = r[core.REASON], r["_sign"]
+        ts = micros(r[core.SESSION_TS])
+        if reason is None and sign is not None and ts is not None:
+            if sign > 0:
+                processed = ts if processed is None else max(processed, ts)
+            if sign != 0:
+                min_usable = ts if min_usable is None else min(min_usable, ts)
+        if sign is not None and sign > 0 and reason is not None and f"rule:{reason}" in stats:
+            stats[f"rule:{reason}"] += 1
+    stats.update(
+        window=window if rows else None,
+        feed=feed if rows else None,
+        processed=processed,
+        min_usable=min_usable,
+    )
+    return stats
+
+
+# A change set of at most this many rows (window and feed) is read, prepared and netted by the
+# driver (`driver_changes`), from window files of at most DRIVER_SCAN_ROWS rows by the Delta log.
+DRIVER_CHANGE_ROWS = 200_000
+CHANGE_ROWS = DRIVER_CHANGE_ROWS  # the default (tests move DRIVER_CHANGE_ROWS)
+
+# The change set's columns as the Spark steps give them (`read_changes` after `with_reason`).
+CHANGE_SCHEMA = pa.schema(
+    [
+        ("event_id", pa.string()),
+        ("event_name", pa.string()),
+        ("page_url", pa.string()),
+        ("derived_tstamp", pa.timestamp("us", tz="UTC")),
+        ("dvce_created_tstamp", pa.timestamp("us", tz="UTC")),
+        (core.SESSION_KEY, pa.string()),
+        (core.USER_KEY, pa.string()),
+        (core.SESSION_TS, pa.timestamp("us", tz="UTC")),
+        (core.SENT_LATE, pa.bool_()),
+        (core.TIE_BREAK, pa.string()),
+        ("_sign", pa.int32()),
+        ("_window", pa.int32()),
+        ("_feed", pa.int64()),
+        (core.REASON, pa.string()),
+    ]
+)
+CHANGE_DDL = (
+    "event_id string, event_name string, page_url string, derived_tstamp timestamp, "
+    f"dvce_created_tstamp timestamp, {core.SESSION_KEY} string, {core.USER_KEY} string, "
+    f"{core.SESSION_TS} timestamp, {core.SENT_LATE} boolean, {core.TIE_BREAK} string, "
+    f"_sign int, _window int, _feed bigint, {core.REASON} string"
+)
+_TIMES = ("derived_tstamp", "dvce_created_tstamp", core.SESSION_TS)
+
+
+def driver_columns(table: Any, settings: Settings) -> list[str] | None:
+    """The filtered_events columns the session branch reads (`core.source_columns`), when the
+    driver's steps read them as Spark does: text columns of strings, timestamp columns of
+    timestamps; None otherwise (Spark reads the table then)."""
+    schema = pa.schema(table.schema().to_arrow())
+    columns = core.source_columns(settings, schema.names)
+    text = ["event_id", "event_name", "page_url", *settings.session_identifier]
+    text += [*settings.user_identifier, *([ROW_HASH] if ROW_HASH in columns else [])]
+    times = ["derived_tstamp", "dvce_created_tstamp", "dvce_sent_tstamp", "load_tstamp"]
+    times.append(settings.session_timestamp)
+    if not all(pa.types.is_string(schema.field(c).type) for c in text):
+        return None
+    if not all(pa.types.is_timestamp(schema.field(c).type) for c in times):
+        return None
+    return columns
+
+
+def driver_changes(
+    spark: SparkSession,
+    path: str,
+    settings: Settings,
+    limits: RunLimits,
+    version: int,
+    consumed_version: int | None,
+) -> Changes | None:
+    """`read_changes` by the driver: the window's rows of filtered_events at `version` (files
+    chosen by the Delta log's statistics on the session timestamp and `load_tstamp`, rows
+    filtered by pyarrow) and the net change feed read by delta-rs, prepared and netted in plain
+    Python (`core.gap_rows.prepare`, `reason`). None when delta-rs cannot read them, the window's
+    files hold more than DRIVER_SCAN_ROWS rows, or the change set more than DRIVER_CHANGE_ROWS
+    (Spark reads it then)."""
+    import pyarrow.compute as pc
+
+    from sessionize_assets.core import gap_rows
+
+    if DRIVER_CHANGE_ROWS < 0:
+        return None
+    table = delta_table(path, version)
+    if table is None:
+        return None
+    columns = driver_columns(table, settings)
+    if columns is None:
+        return None
+    lower, upper = limits.lower_limit, limits.upper_limit
+    ts, loaded = pc.field(settings.session_timestamp), pc.field("load_tstamp")
+    low, high = (
+        pa.scalar(lower, CHANGE_SCHEMA.field("derived_tstamp").type),
+        pa.scalar(upper, CHANGE_SCHEMA.field("derived_tstamp").type),
+    )
+    inside = ((ts >= low) & (ts <= high)) | (ts.is_null() & (loaded >= low) & (loaded <= high))
+    pruning = [
+        *timestamp_spans_pruning(settings.session_timestamp, [(lower, upper)]),
+        *timestamp_spans_pruning("load_tstamp", [(lower, upper)]),
+    ]
+    window = scan_pruned(
+        table,
+        pruning,
+        columns,
+        inside,
+        scan_limit=DRIVER_SCAN_ROWS,
+        keep_limit=DRIVER_CHANGE_ROWS,
+    )
+    if window is None:
+        return None
+    rows = [
+        {**r, "_sign": 1, "_window": 1, "_feed": 0}
+        for r in gap_rows.prepare(window.to_pylist(), settings)
+    ]
+    if consumed_version is not None and version > consumed_version:
+        feed = local_changes_arrow(
+            path, consumed_version + 1, version, columns, limit=DRIVER_CHANGE_ROWS - len(rows)
+        )
+        if feed is None:
+            return None
+        signed = [
+            {**r, "_sign": 1 if r["_change_type"] in ("insert", "update_postimage") else -1}
+            for r in feed.to_pylist()
+        ]
+        net: dict[tuple, list[int]] = {}
+        for r in gap_rows.prepare(signed, settings):
+            key = tuple(r[c] for c in core.PREPARED_COLUMNS)
+            total = net.setdefault(key, [0, 0])
+            total[0] += r["_sign"]
+            total[1] += 1
+        limit = gap_rows.micros(upper)
+        for key, (total, count) in net.items():
+            row = dict(zip(core.PREPARED_COLUMNS, key, strict=True))
+            sign = (total > 0) - (total < 0)
+            stamp = row[core.SESSION_TS]
+            if sign <= 0 or (stamp is not None and stamp <= limit):
+                rows.append({**row, "_sign": sign, "_window": 0, "_feed": count})
+    for r in rows:
+        r[core.REASON] = gap_rows.reason(r, settings)
+    data = _change_table(rows)
+    frame = arrow_frame(spark, data, schema=CHANGE_DDL)
+    stats = change_stats(data.to_pylist())
+    return Changes(
+        rows=frame,
+        usable=frame.filter(F.col(core.REASON).isNull() & (F.col("_sign") != 0)).select(
+            *core.PREPARED_COLUMNS, "_sign"
+        ),
+        window_rows=int(stats["window"] or 0),
+        feed_rows=int(stats["feed"] or 0),
+        processed_max=from_micros(stats["processed"]),
+        min_usable=from_micros(stats["min_usable"]),
+        excluded=reasons_from(stats, prefix="new rows left out: "),
+        rows_table=data,
+    )
+
+
+def _change_table(rows: list[dict[str, Any]]) -> pa.Table:
+    """Prepared change rows (timestamps in microseconds) as Arrow in CHANGE_SCHEMA."""
+    arrays = []
+    for field in CHANGE_SCHEMA:
+        values = [r[field.name] for r in rows]
+        if field.name in _TIMES:
+            arrays.append(pa.array(values, pa.int64()).cast(field.type))
+        else:
+            arrays.append(pa.array(values, field.type))
+    return pa.Table.from_arrays(arrays, schema=CHANGE_SCHEMA)

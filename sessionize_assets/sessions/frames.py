@@ -118,9 +118,17 @@ def computed_once(
     otherwise, and when it is larger, `df` is persisted (unpersist when done) and computed again
     on its first use. Without, it is persisted and nothing is fetched: the caller expects a
     large result."""
+    return computed_once_rows(spark, df, limit, fetch_first)[0]
+
+
+def computed_once_rows(
+    spark: SparkSession, df: DataFrame, limit: int | None = None, fetch_first: bool | None = None
+) -> tuple[DataFrame, pa.Table | None]:
+    """`computed_once`, with the Arrow rows the DataFrame was made of when it is driver-local
+    (None: persisted)."""
     limit = LOCAL_ROWS if limit is None else limit
     fetch_first = _FETCH_FIRST.get() if fetch_first is None else fetch_first
-    return _once(spark, df, limit, fetch_first)[0]
+    return _once(spark, df, limit, fetch_first)
 
 
 def _once(

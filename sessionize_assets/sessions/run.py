@@ -14,7 +14,7 @@ import time
 import traceback
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from sessionize_assets.core import model_definitions
 from sessionize_assets.core import sessionize as core
@@ -53,7 +53,9 @@ from sessionize_assets.sessions.state import (
     write_manifest,
 )
 from sessionize_assets.sessions.steps import (
+    SessionsWrite,
     TouchedUsers,
+    changed_user_names,
     max_session_ts,
     next_data_after,
     process_sessions,
@@ -61,6 +63,7 @@ from sessionize_assets.sessions.steps import (
     rebuild_sessions,
     rebuild_user_model,
     touched_users,
+    touched_users_named,
 )
 from sessionize_assets.sessions.tables import TablePath
 from sessionize_assets.settings import Settings
@@ -154,7 +157,7 @@ def _run_session_models(
     )
     changes_by_version: dict[int | None, Changes] = {}
     touched_by_version: dict[int | None, TouchedUsers] = {}
-    sessions_users: DataFrame | None = None
+    sessions_write: SessionsWrite | None = None
     failed: str | None = None
     try:
         for model in models:
@@ -231,7 +234,7 @@ def _run_session_models(
                 small = small_run(changes.window_rows + changes.feed_rows)
                 with small_query_conf(spark, small), small_results(small):
                     if model == SESSIONS:
-                        sessions_users = process_sessions(
+                        sessions_write = process_sessions(
                             spark,
                             table_path,
                             settings,
@@ -241,6 +244,7 @@ def _run_session_models(
                             changes,
                             now,
                             outcome,
+                            version=version,
                         )
                     else:
                         # The change set's users too, not only those whose sessions this run
@@ -249,14 +253,22 @@ def _run_session_models(
                         # is in no replaced row, and only the change set still names them.
                         # The same users for every user model of one change set: read once.
                         if consumed not in touched_by_version:
-                            users = mode.affected_users(
-                                spark, changes, table_path(SESSIONS_LIFECYCLE_MANIFEST)
-                            )
-                            if sessions_users is not None:
-                                users = users.unionByName(
-                                    sessions_users.select("user_identifier")
-                                ).distinct()
-                            touched_by_version[consumed] = touched_users(spark, table_path, users)
+                            named = changed_user_names(mode, changes, sessions_write)
+                            if named is not None:  # the driver holds them all
+                                touched_by_version[consumed] = touched_users_named(
+                                    spark, table_path, named
+                                )
+                            else:
+                                users = mode.affected_users(
+                                    spark, changes, table_path(SESSIONS_LIFECYCLE_MANIFEST)
+                                )
+                                if sessions_write is not None:
+                                    users = users.unionByName(
+                                        sessions_write.users.select("user_identifier")
+                                    ).distinct()
+                                touched_by_version[consumed] = touched_users(
+                                    spark, table_path, users
+                                )
                         touched = touched_by_version[consumed]
                         process_user_model(spark, table_path, model, touched, outcome)
                 outcome.ran = True
@@ -279,8 +291,8 @@ def _run_session_models(
             touched.unpersist()
         for changes in changes_by_version.values():
             changes.unpersist()
-        if sessions_users is not None:
-            sessions_users.unpersist()
+        if sessions_write is not None:
+            sessions_write.users.unpersist()
 
     new_manifest = dict(manifest)
     for model, outcome in outcomes.items():

@@ -92,6 +92,7 @@ class SessionsWrite:
     deleted: int
     rows_read: int  # later sessions renumbered + one per user for the count of earlier ones
     computed_by: str = "spark"  # or "driver" (`core.renumbering`)
+    user_names: list[str] | None = None  # `users`' names, when the driver holds them
 
 
 def replace_sessions(
@@ -229,17 +230,33 @@ def replace_sessions(
 USERS_FROM_SCHEMA = "user_identifier string, _from timestamp"
 
 
+def replace_session_rows(
+    spark: SparkSession, path: str, new_rows: pa.Table, replaced_ids: list[str]
+) -> SessionsWrite:
+    """`replace_sessions` of sessions and replaced ids the driver holds: in plain Python when
+    the driver reads the stored rows it needs, else by Spark on driver-local DataFrames."""
+    ids = pa.table({"session_identifier": pa.array(replaced_ids, pa.string())})
+    done = _replace_on_driver(spark, path, new_rows, ids)
+    if done is not None:
+        return done
+    return replace_sessions(spark, path, arrow_frame(spark, new_rows), arrow_frame(spark, ids))
+
+
 def _replace_on_driver(
-    spark: SparkSession, path: str, new_rows: pa.Table, replaced_ids: DataFrame
+    spark: SparkSession, path: str, new_rows: pa.Table, replaced_ids: DataFrame | pa.Table
 ) -> SessionsWrite | None:
     """`replace_sessions` in plain Python (`core.renumbering.replacement`) over the stored rows
     of the replaced and new ids and of their users, read by delta-rs; the changed rows written
     through the driver when it can (`merge_rows`). None, having written nothing, when the table
-    is absent or delta-rs cannot read those rows (Spark replaces them then)."""
+    is absent or delta-rs cannot read those rows (Spark replaces them then). `replaced_ids`:
+    a DataFrame, or the ids as the driver holds them (a `session_identifier` column)."""
     table = delta_table(path)
     if table is None:
         return None
-    replaced, _ = fetch_arrow(replaced_ids.select("session_identifier").limit(KEYED_ROWS + 1))
+    if isinstance(replaced_ids, pa.Table):
+        replaced = replaced_ids.select(["session_identifier"])
+    else:
+        replaced, _ = fetch_arrow(replaced_ids.select("session_identifier").limit(KEYED_ROWS + 1))
     if replaced.num_rows > KEYED_ROWS:
         return None
     ids = distinct_values(
@@ -288,6 +305,7 @@ def _replace_on_driver(
         deleted=plan.deleted,
         rows_read=plan.rows_read,
         computed_by="driver",
+        user_names=list(plan.users),
     )
 
 
@@ -336,9 +354,19 @@ def process_sessions(
     changes: Changes,
     now: dt.datetime,
     outcome: ModelOutcome,
-) -> DataFrame:
-    """Recompute the sessions the changes touch and replace them. Returns the touched users
-    (persisted; the caller unpersists)."""
+    version: int | None = None,
+) -> SessionsWrite:
+    """Recompute the sessions the changes touch and replace them. Returns the replacement,
+    whose `users` are the touched users (persisted; the caller unpersists). With the `version` of filtered_events the snapshot is,
+    a small gap-mode run is taken by the driver when it can (`sessions/driver_run.py`)."""
+    if version is not None:
+        from sessionize_assets.sessions.driver_run import process_sessions_on_driver
+
+        done = process_sessions_on_driver(
+            spark, table_path, settings, limits, version, changes, now, outcome
+        )
+        if done is not None:
+            return done
     lc_path = table_path(SESSIONS_LIFECYCLE_MANIFEST)
     touched = mode.touched(spark, snapshot, lc_path, changes, limits)
     outcome.rows_read["lifecycle rows"] = touched.lifecycle_rows
@@ -417,7 +445,7 @@ def process_sessions(
     computed.unpersist()
     read.unpersist()
     touched.unpersist()
-    return write.users
+    return write
 
 
 def write_side_tables(
@@ -466,6 +494,20 @@ def write_side_tables(
             "left_anti",
         )
     side, side_rows = localized(spark, side)
+    write_side_rows(spark, table_path, side, side_rows, outcome)
+
+
+def write_side_rows(
+    spark: SparkSession,
+    table_path: TablePath,
+    side: DataFrame,
+    side_rows: pa.Table | None,
+    outcome: ModelOutcome,
+) -> None:
+    """Write `write_side_tables`' side rows (`side_rows`: the same rows as the driver holds
+    them, when it does) and count them into the outcome."""
+    q_path = table_path(QUARANTINED_SESSIONS)
+    sup_path = table_path(SUPERSEDED_SESSIONS)
     if side_rows is not None:  # driver-local: counted by the driver
         counts: dict[tuple[str, bool], int] = {}
         for key in zip(
@@ -483,7 +525,18 @@ def write_side_tables(
     removed_n = counts.get((QUARANTINED_SESSIONS, True), 0)
     quarantine = side.filter(F.col("_table") == QUARANTINED_SESSIONS)
     q_columns = [c for c, _ in schema_pairs(QUARANTINED_SCHEMA)]
-    if removed_n:
+    if removed_n and side_rows is not None:
+        import pyarrow.compute as pc
+
+        rows = side_rows.filter(pc.equal(side_rows.column("_table"), QUARANTINED_SESSIONS))
+        merge_rows(
+            spark,
+            q_path,
+            rows.select([*q_columns, "_delete"]),
+            "session_identifier",
+            QUARANTINED_SCHEMA,
+        )
+    elif removed_n:
         merge(
             spark,
             q_path,
@@ -570,6 +623,44 @@ def touched_users(spark: SparkSession, table_path: TablePath, users: DataFrame) 
         users.unpersist()
         raise
     return TouchedUsers(users, keys, sessions.join(users, "user_identifier", "left_semi"), rows)
+
+
+def changed_user_names(
+    mode: SessionMode, changes: Changes, sessions_write: SessionsWrite | None
+) -> list[str] | None:
+    """gap mode's `affected_users` and the users whose sessions the run replaced, as names,
+    when the driver holds both (the change set's rows and the replacement's users); None
+    otherwise (Spark takes them from the DataFrames)."""
+    if mode.name != "gap" or changes.rows_table is None:
+        return None
+    if sessions_write is not None and sessions_write.user_names is None:
+        return None
+    rows = changes.rows_table
+    names = {
+        user
+        for user, reason, sign in zip(
+            rows.column(core.USER_KEY).to_pylist(),
+            rows.column(core.REASON).to_pylist(),
+            rows.column("_sign").to_pylist(),
+            strict=True,
+        )
+        if user is not None and reason is None and sign != 0
+    }
+    if sessions_write is not None:
+        names.update(u for u in sessions_write.user_names or () if u is not None)
+    return sorted(names)
+
+
+def touched_users_named(
+    spark: SparkSession, table_path: TablePath, names: list[str]
+) -> TouchedUsers:
+    """`touched_users` of users the driver names: the same rows without a Spark statement for
+    the names."""
+    users = pa.table({"user_identifier": pa.array(names, pa.string())})
+    keys = {"user_identifier": users.column(0).combine_chunks()}
+    frame = arrow_frame(spark, users, schema="user_identifier string")
+    sessions, rows = keyed_read(spark, table_path(SESSIONS), SESSIONS_SCHEMA, keys)
+    return TouchedUsers(frame, keys, sessions.join(frame, "user_identifier", "left_semi"), rows)
 
 
 def process_user_model(

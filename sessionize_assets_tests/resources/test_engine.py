@@ -254,6 +254,68 @@ def test_bigday_refuses_settings_a_running_engine_would_ignore(engine_home, tmp_
     assert not (tmp_path / "bigday-1000000").exists()
 
 
+def test_a_small_gap_run_on_the_driver_over_connect_writes_what_spark_writes(
+    engine_home, spark, tmp_path, monkeypatch
+):
+    """`sessions/driver_run.py` over Spark Connect (the warm engine): its driver-local frames
+    include empty ones (no side rows), which Connect cannot infer a schema for; one random
+    history's tables after every run equal the embedded Spark steps' (`test_driver_run.py`)."""
+    import random
+
+    from sessionize_assets.sessions import driver_run
+    from sessionize_assets_tests.sessions.support import make_settings, run, write_load_days
+    from sessionize_assets_tests.sessions.test_driver_run import _counts, _route, _tables
+    from sessionize_assets_tests.sessions.test_equivalence import random_history
+
+    _, info = engine_home
+    remote = _remote_session(info.url)
+    settings = make_settings(
+        start_date="2021-03-01",
+        session_mode="gap",
+        backfill_limit_days=4,
+        max_session_days=2,
+        session_gap_minutes=60,
+    )
+    taken = []
+    on_driver = driver_run.process_sessions_on_driver
+
+    def spied(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        users = on_driver(*args, **kwargs)
+        taken.append(users is not None)
+        return users
+
+    homes = {"connect": tmp_path / "connect", "spark": tmp_path / "spark"}
+    try:
+        for step in random_history(random.Random(11), "gap"):
+            if step[0] not in ("load", "run"):
+                continue
+            results = {}
+            for way, home in homes.items():
+                session = remote if way == "connect" else spark
+                home.mkdir(exist_ok=True)
+                # pyspark's functions build Connect columns only in Connect mode (get_spark sets
+                # it for a remote session); the test's writer of filtered_events is classic
+                connect = way == "connect" and step[0] == "run"
+                if connect:
+                    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")
+                else:
+                    monkeypatch.delenv("SPARK_CONNECT_MODE_ENABLED", raising=False)
+                if step[0] == "load":
+                    write_load_days(spark, home, step[1])
+                    continue
+                _route(monkeypatch, "driver" if way == "connect" else "spark", spied)
+                results[way] = (
+                    _counts(run(session, home, settings, step[1])),
+                    _tables(session, home),
+                )
+            if results:
+                assert results["connect"] == results["spark"], f"after the run as of {step[1]}"
+    finally:
+        monkeypatch.delenv("SPARK_CONNECT_MODE_ENABLED", raising=False)
+        remote.stop()
+    assert any(taken), "the driver took none of the runs"
+
+
 def test_stop_ends_the_engine(engine_home):
     home, info = engine_home
     message = engine.stop(home)
