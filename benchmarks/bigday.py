@@ -48,6 +48,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--timeout", type=float, default=5400)
     parser.add_argument(
+        "--from-data",
+        action="store_true",
+        help="measure the data set's own next load day (a spare day `benchmarks.run "
+        "--spare-days` generated with the history: returning users, late rows into earlier "
+        "days) instead of generating a day of new users; --events, --seed and --profile are "
+        "then the data set's",
+    )
+    parser.add_argument(
         "--spark-conf",
         action="append",
         default=[],
@@ -88,24 +96,39 @@ def main(argv: list[str] | None = None) -> int:
     base.pop("spark", None)  # the event log is this measurement's own
     manifest = json.loads((work / "data" / "_manifest.json").read_text())
     # The day after the home's latest load day (a home a previous bigday extended included).
+    # With --from-data, the home's own: the data set's later days are what is measured.
+    known = _home_load_days(home / "warehouse" / "events")
     last = max(
         dt.date.fromisoformat(d)
-        for d in [*_load_days(work / "data"), *_home_load_days(home / "warehouse" / "events")]
+        for d in (known if args.from_data else [*_load_days(work / "data"), *known])
     )
     day = last + dt.timedelta(days=1)
-    data = work / f"bigday-{args.events}"
-    print(f"generating load day {day}: {args.events} events ({args.profile}) into {data}")
     started = time.perf_counter()
-    generate(
-        data,
-        start_date=day,
-        days=1,
-        events_per_day=args.events,
-        seed=args.seed,
-        file_format=manifest.get("file_format", "csv"),
-        overwrite=True,
-        profile=args.profile,
-    )
+    if args.from_data:
+        data = work / "data"
+        if not (data / f"load_date={day.isoformat()}").is_dir():
+            print(
+                f"error: the data set has no load day {day} (its spare days are used up, or "
+                "it was generated without --spare-days)",
+                file=sys.stderr,
+            )
+            return 2
+        args.events = int(manifest.get("events_per_day", args.events))
+        args.profile = str(manifest.get("profile", args.profile))
+        print(f"measuring the data set's load day {day} ({args.events} events a day)")
+    else:
+        data = work / f"bigday-{args.events}"
+        print(f"generating load day {day}: {args.events} events ({args.profile}) into {data}")
+        generate(
+            data,
+            start_date=day,
+            days=1,
+            events_per_day=args.events,
+            seed=args.seed,
+            file_format=manifest.get("file_format", "csv"),
+            overwrite=True,
+            profile=args.profile,
+        )
     generation_s = time.perf_counter() - started
     settings = dict(base) | {"backfill_limit_days": int(base["backfill_limit_days"]) + 1}
     now = dt.datetime.combine(day + dt.timedelta(days=1), dt.time(0, 30), tzinfo=dt.UTC)

@@ -316,6 +316,10 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
 
     points = history_points(args.days, args.history)
     total_days = max(points) + 1
+    # Spare load days are generated with the rest and left unloaded: `benchmarks.bigday
+    # --from-data` measures them as the next days of a kept home (returning users and late rows
+    # into its history, as the harness's own incremental day has).
+    generated_days = total_days + args.spare_days
     start = args.start_date
     work = Path(args.work or tempfile.mkdtemp(prefix="sessionize-bench-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -327,14 +331,14 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     started = time.time()
     machine = common.machine_facts()
     log(
-        f"generating {total_days} load days x {args.events_per_day} events "
+        f"generating {generated_days} load days x {args.events_per_day} events "
         f"(profile {args.profile}) into {data}"
     )
     t = time.perf_counter()
     summary = generate(
         data,
         start_date=start,
-        days=total_days,
+        days=generated_days,
         events_per_day=args.events_per_day,
         seed=args.seed,
         file_format=args.format,
@@ -392,6 +396,12 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             shutil.rmtree(rebuild_home)
         # Not the engine's folder: its state names the engine of `home`.
         shutil.copytree(home, rebuild_home, ignore=shutil.ignore_patterns("engine"))
+        if args.spare_days and args.keep_work:
+            # The home as the catch-up left it, for `bigday --from-data` on copies of it.
+            base_home = work / "homes" / f"d{days:03d}-base"
+            if base_home.exists():
+                shutil.rmtree(base_home)
+            shutil.copytree(home, base_home, ignore=shutil.ignore_patterns("engine"))
         log(f"history {days} days: incremental")
         inc = common.run_measurement(
             work,
@@ -534,6 +544,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         },
         "data": {
             "load_days": total_days,
+            "spare_load_days": args.spare_days,
             "generation_s": round(generation_s, 2),
             "profile": summary.profile,
             "profile_parameters": summary.profile_parameters,
@@ -626,6 +637,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--check", choices=("all", "incremental", "none"), default="all")
     parser.add_argument("--work", help="work folder (default: a temporary folder, removed)")
     parser.add_argument("--keep-work", action="store_true", help="keep homes and event logs")
+    parser.add_argument(
+        "--spare-days",
+        type=int,
+        default=0,
+        help="generate this many more load days, left unloaded (for `benchmarks.bigday "
+        "--from-data`); with --keep-work each home is also kept as the catch-up left it "
+        "(homes/dNNN-base)",
+    )
     parser.add_argument(
         "--no-duckdb-output", action="store_true", help="DuckDB does not write Parquet"
     )
