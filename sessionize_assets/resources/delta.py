@@ -451,15 +451,44 @@ def scan_pruned(
         if scanned > scan_limit:
             return None
         dataset = table.to_pyarrow_dataset(file_pruning_predicate=pruning)
-        data = dataset.to_table(columns=list(columns), filter=row_filter)
+        scanner = dataset.scanner(columns=list(columns), filter=row_filter)
+        batches, kept = [], 0
+        # Batch by batch, so a read that passes `keep_limit` stops there.
+        for batch in scanner.to_batches():
+            kept += batch.num_rows
+            if kept > keep_limit:
+                return None
+            batches.append(batch)
+        data = pa.Table.from_batches(batches, schema=scanner.projected_schema)
     except Exception as error:  # noqa: BLE001 - any failure: Spark reads the rows
         logging.getLogger(__name__).warning(
             "delta-rs could not read %s (%s); Spark reads it", table.table_uri, error
         )
         return None
-    if data.num_rows > keep_limit:
-        return None
     return data.cast(_without_views(data.schema))
+
+
+def rows_surely_within(table: Any, column: str, lo: dt.datetime, hi: dt.datetime) -> int:
+    """A lower bound of the rows of the delta-rs `table` whose timestamp `column` lies in
+    [lo, hi]: the rows of the files whose Delta-log statistics put every row there (no null,
+    minimum at or after `lo`, maximum at or before `hi` by STATS_SLACK, as the statistics are
+    truncated to milliseconds); 0 when the statistics cannot say."""
+    try:
+        actions = pa.table(table.get_add_actions(flatten=True))
+        names = (f"min.{column}", f"max.{column}", f"null_count.{column}", "num_records")
+        if not all(n in actions.column_names for n in names):
+            return 0
+        total = 0
+        for low, high, nulls, rows in zip(
+            *(actions.column(n).to_pylist() for n in names), strict=True
+        ):
+            if None in (low, high, nulls, rows) or nulls:
+                continue
+            if low >= lo and high + STATS_SLACK <= hi:
+                total += int(rows)
+        return total
+    except Exception:  # noqa: BLE001 - a hint only
+        return 0
 
 
 # Delta's file statistics keep timestamps to the millisecond: a pruning filter on a timestamp

@@ -23,6 +23,7 @@ from sessionize_assets.resources.delta import (
     delta_table,
     local_changes,
     local_changes_arrow,
+    rows_surely_within,
     scan_pruned,
     timestamp_spans_pruning,
 )
@@ -290,6 +291,9 @@ def driver_changes(
     if columns is None:
         return None
     lower, upper = limits.lower_limit, limits.upper_limit
+    # Files wholly inside the window that hold more rows than the limit: Spark's run, unread.
+    if rows_surely_within(table, settings.session_timestamp, lower, upper) > DRIVER_CHANGE_ROWS:
+        return None
     ts, loaded = pc.field(settings.session_timestamp), pc.field("load_tstamp")
     low, high = (
         pa.scalar(lower, CHANGE_SCHEMA.field("derived_tstamp").type),

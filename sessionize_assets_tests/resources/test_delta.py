@@ -674,6 +674,18 @@ def test_a_pruned_scan_keeps_every_matching_row_and_refuses_over_its_limits(spar
         )
         == []
     )
+    # The rows surely inside a span: those of files whose statistics put every row inside, a
+    # lower bound of the true count whatever the span; none without statistics.
+    surely = delta.rows_surely_within
+    every = (base - dt.timedelta(days=1), base + dt.timedelta(days=10))
+    assert surely(delta.delta_table(with_stats), "ts", *every) == 17  # all but the null row
+    assert surely(delta.delta_table(without), "ts", *every) == 0
+    assert surely(delta.delta_table(with_stats), "ts", edge, edge) == 0  # truncated maximum
+    stamps = [r[1] for r in rows] + [edge]
+    for hours in range(0, 48, 5):
+        span = (base + dt.timedelta(hours=hours), base + dt.timedelta(hours=hours + 9))
+        true = sum(span[0] <= t <= span[1] for t in stamps)
+        assert surely(delta.delta_table(with_stats), "ts", *span) <= true
     # Over the limits: None, for Spark to read.
     table = delta.delta_table(with_stats)
     assert delta.scan_pruned(table, pruning, ["id"], inside, scan_limit=1, keep_limit=1000) is None
