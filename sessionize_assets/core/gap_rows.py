@@ -23,6 +23,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import pyarrow as pa
+
 from sessionize_assets.core.schema import ROW_HASH
 from sessionize_assets.core.sessionize import (
     BEFORE_START_DATE,
@@ -52,15 +54,27 @@ Row = dict[str, Any]
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
-def micros(value: dt.datetime | None) -> int | None:
+def micros(value: dt.datetime | int | None) -> int | None:
     """Whole microseconds since the epoch (Spark's `unix_micros`) of an aware or naive-UTC
-    datetime."""
-    if value is None:
-        return None
+    datetime (an int is taken as microseconds already: `plain_rows`)."""
+    if value is None or isinstance(value, int):
+        return value
     if value.tzinfo is None:
         value = value.replace(tzinfo=dt.UTC)
     delta = value - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def plain_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """`table`'s rows as dicts, its timestamps as microseconds since the epoch (`micros`):
+    a fifth of the time of Arrow's datetimes for a row of several timestamps."""
+    columns = [
+        column.cast(pa.timestamp("us", tz=field.type.tz)).cast(pa.int64())
+        if pa.types.is_timestamp(field.type)
+        else column
+        for field, column in zip(table.schema, table.columns, strict=True)
+    ]
+    return pa.Table.from_arrays(columns, names=table.column_names).to_pylist()
 
 
 def from_micros(value: int | None) -> dt.datetime | None:

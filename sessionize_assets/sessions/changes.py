@@ -147,7 +147,7 @@ def read_changes(
         rows, table = computed_once_rows(
             spark, core.with_reason(rows, settings), fetch_first=small_feed
         )
-        stats = change_stats(table.to_pylist()) if table is not None else _spark_stats(rows)
+        stats = change_stats(table) if table is not None else _spark_stats(rows)
     except Exception as exc:  # noqa: BLE001 - the feed is read lazily: classify the failure
         rows.unpersist()
         if any(marker in str(exc) for marker in FEED_GONE_MARKERS):
@@ -184,39 +184,38 @@ def _spark_stats(rows: DataFrame) -> Any:
     ).collect()[0]
 
 
-def change_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def change_stats(table: pa.Table) -> dict[str, Any]:
     """The change set's counts from the rows the driver holds, as `_spark_stats` gives them:
     window and feed rows, the latest new usable session timestamp and the earliest usable one
     (microseconds; null when none), and per rule (`rule:<rule>`) the new rows left out."""
-    from sessionize_assets.core.gap_rows import micros
+    import pyarrow.compute as pc
 
     stats: dict[str, Any] = {f"rule:{rule}": 0 for rule in core.EXCLUSION_RULES}
-    window = feed = 0
-    processed = min_usable = None
-    for r in rows:
-        window += r["_window"] or 0
-        feed += r["_feed"] or 0
-        reason, sign = r[core.REASON], r["_sign"]
-        ts = micros(r[core.SESSION_TS])
-        if reason is None and sign is not None and ts is not None:
-            if sign > 0:
-                processed = ts if processed is None else max(processed, ts)
-            if sign != 0:
-                min_usable = ts if min_usable is None else min(min_usable, ts)
-        if sign is not None and sign > 0 and reason is not None and f"rule:{reason}" in stats:
-            stats[f"rule:{reason}"] += 1
+    sign, reason = table.column("_sign"), table.column(core.REASON)
+    stamp = table.column(core.SESSION_TS).cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    usable = pc.and_(pc.and_(pc.is_null(reason), pc.is_valid(sign)), pc.is_valid(stamp))
+    new = pc.and_(usable, pc.greater(sign, 0))
+    moved = pc.and_(usable, pc.not_equal(sign, 0))
+    left_out = pc.and_(pc.greater(sign, 0), pc.is_valid(reason))
+    for entry in pc.value_counts(pc.filter(reason, left_out)).to_pylist():
+        if f"rule:{entry['values']}" in stats:
+            stats[f"rule:{entry['values']}"] += entry["counts"]
     stats.update(
-        window=window if rows else None,
-        feed=feed if rows else None,
-        processed=processed,
-        min_usable=min_usable,
+        window=pc.sum(table.column("_window")).as_py(),  # null without a value, as Spark's sum
+        feed=pc.sum(table.column("_feed")).as_py(),
+        processed=pc.max(pc.filter(stamp, new)).as_py(),
+        min_usable=pc.min(pc.filter(stamp, moved)).as_py(),
     )
     return stats
 
 
 # A change set of at most this many rows (window and feed) is read, prepared and netted by the
 # driver (`driver_changes`), from window files of at most DRIVER_SCAN_ROWS rows by the Delta log.
-DRIVER_CHANGE_ROWS = 200_000
+# Its plain Python costs about 8 us a row on the benchmark machine (80 us with Arrow's datetimes,
+# before `gap_rows.plain_rows`: at 200,000 rows then, a first small day on the 30-day home, whose
+# window held far more rows than the day, took 8 s longer in its session models than Spark's
+# change set; docs/benchmarks.md, "Session 37").
+DRIVER_CHANGE_ROWS = 100_000
 CHANGE_ROWS = DRIVER_CHANGE_ROWS  # the default (tests move DRIVER_CHANGE_ROWS)
 
 # The change set's columns as the Spark steps give them (`read_changes` after `with_reason`).
@@ -316,7 +315,7 @@ def driver_changes(
         return None
     rows = [
         {**r, "_sign": 1, "_window": 1, "_feed": 0}
-        for r in gap_rows.prepare(window.to_pylist(), settings)
+        for r in gap_rows.prepare(gap_rows.plain_rows(window), settings)
     ]
     if consumed_version is not None and version > consumed_version:
         feed = local_changes_arrow(
@@ -326,7 +325,7 @@ def driver_changes(
             return None
         signed = [
             {**r, "_sign": 1 if r["_change_type"] in ("insert", "update_postimage") else -1}
-            for r in feed.to_pylist()
+            for r in gap_rows.plain_rows(feed)
         ]
         net: dict[tuple, list[int]] = {}
         for r in gap_rows.prepare(signed, settings):
@@ -345,7 +344,7 @@ def driver_changes(
         r[core.REASON] = gap_rows.reason(r, settings)
     data = _change_table(rows)
     frame = arrow_frame(spark, data, schema=CHANGE_DDL)
-    stats = change_stats(data.to_pylist())
+    stats = change_stats(data)
     return Changes(
         rows=frame,
         usable=frame.filter(F.col(core.REASON).isNull() & (F.col("_sign") != 0)).select(

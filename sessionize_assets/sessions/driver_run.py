@@ -107,7 +107,6 @@ SIDE_SCHEMA = pa.schema(
         ("_reason", pa.string()),
     ]
 )
-_TIMES = ("derived_tstamp", "dvce_created_tstamp", core.SESSION_TS)
 
 
 def process_sessions_on_driver(
@@ -126,10 +125,10 @@ def process_sessions_on_driver(
     if settings.session_mode != "gap" or changes.rows_table is None:
         return None
     changed = [
-        _in_micros(r)
-        for r in changes.rows_table.select(
-            [*core.PREPARED_COLUMNS, "_sign", core.REASON]
-        ).to_pylist()
+        r
+        for r in gap_rows.plain_rows(
+            changes.rows_table.select([*core.PREPARED_COLUMNS, "_sign", core.REASON])
+        )
         if r[core.REASON] is None and r["_sign"] != 0
     ]
     if not gap_rows.handles(changed):
@@ -185,14 +184,6 @@ def process_sessions_on_driver(
         ensure_table(spark, lc_path, LIFECYCLE_SCHEMA)
     outcome.rows_written["lifecycle rows"] = written
     return write
-
-
-def _in_micros(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A prepared row from Arrow with its timestamps as microseconds (`core.gap_rows`' unit)."""
-    out = dict(row)
-    for column in _TIMES:
-        out[column] = gap_rows.micros(out[column])
-    return out
 
 
 def _reasons(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
@@ -302,7 +293,7 @@ def touched_events(
     )
     if data is None:
         return None
-    prepared = gap_rows.prepare(data.to_pylist(), settings)
+    prepared = gap_rows.prepare(gap_rows.plain_rows(data), settings)
     return gap_rows.in_read_range(prepared, ranges, limits.upper_limit)
 
 
