@@ -151,6 +151,13 @@ def handles(rows: Iterable[Mapping[str, Any]]) -> bool:
     return all(r["derived_tstamp"] is not None and r["event_id"] is not None for r in rows)
 
 
+def handles_lifecycle(rows: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether these functions give Spark's chains and ranges for these stored lifecycle rows:
+    none of a null start or end (a session of events without `derived_tstamp`, which a full
+    rebuild may leave; Spark's joins pass over it, these functions would compare with None)."""
+    return all(r["start_tstamp"] is not None and r["end_tstamp"] is not None for r in rows)
+
+
 def _nulls_last(value: Any) -> tuple:
     return (value is None, value if value is not None else 0)
 

@@ -9,7 +9,7 @@ are read by delta-rs within their limits, and the rows hold no null `derived_tst
 `event_id` (`gap_rows.handles`). Everything is read before the first write; when any read is
 refused, nothing is written and `process_sessions` runs the Spark steps instead. The results
 are the Spark steps' (each function is tested against its Spark twin, `core/test_gap_rows.py`,
-and the whole run against the Spark run, `sessions/test_steps.py`).
+and the whole run against the Spark run, `sessions/test_driver_run.py`).
 
 Why: a small run's Spark statements over a few thousand driver-local rows cost 0.1-0.6 s each
 over Spark Connect, whatever the rows (docs/benchmarks.md, "Session 36" and "Session 37").
@@ -136,7 +136,7 @@ def process_sessions_on_driver(
     users = sorted({c[core.USER_KEY] for c in changed})
     lc_path = table_path(SESSIONS_LIFECYCLE_MANIFEST)
     theirs = _rows_of(lc_path, LIFECYCLE_SCHEMA, {"user_identifier": users})
-    if theirs is None:
+    if theirs is None or not gap_rows.handles_lifecycle(theirs):
         return None
     chains = gap_rows.gap_chains(theirs, settings)
     ranges = gap_rows.gap_change_ranges(changed, settings, chains)

@@ -114,3 +114,48 @@ def test_a_small_gap_run_on_the_driver_writes_what_spark_writes(
         results[way] = (_counts(run(spark, home, settings, FINAL_NOW)), _tables(spark, home))
     assert results["driver"] == results["spark"]
     assert compared >= 2 and any(taken), "the driver took none of the runs"
+
+
+def test_a_stored_session_without_timestamps_leaves_the_run_to_spark(
+    spark, tmp_path, monkeypatch
+) -> None:
+    """A lifecycle row of null start and end (a session of events without `derived_tstamp`, as
+    a full recompute may store it) among a changed user's: the small run is Spark's, whose joins
+    pass over that row (the driver's functions would compare with None), and writes what a home
+    forced to Spark writes."""
+    import datetime as dt
+
+    from sessionize_assets.sessions.tables import LIFECYCLE_SCHEMA
+    from sessionize_assets_tests.sessions.support import event
+
+    settings = make_settings(
+        start_date="2021-03-01", session_mode="gap", backfill_limit_days=4, session_gap_minutes=60
+    )
+    days = {
+        dt.date(2021, 3, 1): [event("2021-03-01T09:00:00", "u1")],
+        dt.date(2021, 3, 2): [event("2021-03-02T09:00:00", "u1", loaded="2021-03-02T09:05:00")],
+    }
+    untimed = spark.createDataFrame([("untimed", "u1", None, None, False)], LIFECYCLE_SCHEMA)
+    taken = []
+    on_driver = driver_run.process_sessions_on_driver
+
+    def spied(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        done = on_driver(*args, **kwargs)
+        taken.append(done is not None)
+        return done
+
+    homes = {way: tmp_path / way for way in ("driver", "spark")}
+    for day, rows in days.items():
+        results = {}
+        for way, home in homes.items():
+            home.mkdir(exist_ok=True)
+            write_load_days(spark, home, {day: rows})
+            _route(monkeypatch, way, spied)
+            outcome = run(spark, home, settings, f"{day + dt.timedelta(days=1)}T00:30:00")
+            results[way] = (_counts(outcome), _tables(spark, home))
+        assert results["driver"] == results["spark"], day
+        if day == min(days):
+            for home in homes.values():
+                path = Home(home).table("sessions_lifecycle_manifest")
+                untimed.write.format("delta").mode("append").save(path)
+    assert taken == [True, False]  # the first run the driver's, the second left to Spark
