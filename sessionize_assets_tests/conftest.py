@@ -125,7 +125,7 @@ SLOW_FILES = {
     "test_fault_matrix.py": 700,
     "commands/test_time_based.py": 460,
     "sessions/test_equivalence.py": 430,
-    "sessions/test_driver_run.py": 95,
+    "sessions/test_driver_run.py": 140,
     "test_exit_statuses.py": 400,
     "test_schedules.py": 250,
     "test_browser.py": 380,
