@@ -262,9 +262,13 @@ def test_a_small_gap_run_on_the_driver_over_connect_writes_what_spark_writes(
     history's tables after every run equal the embedded Spark steps' (`test_driver_run.py`)."""
     import random
 
-    from sessionize_assets.sessions import driver_run
     from sessionize_assets_tests.sessions.support import make_settings, run, write_load_days
-    from sessionize_assets_tests.sessions.test_driver_run import _counts, _route, _tables
+    from sessionize_assets_tests.sessions.test_driver_run import (
+        _counts,
+        _route,
+        _tables,
+        driver_spy,
+    )
     from sessionize_assets_tests.sessions.test_equivalence import random_history
 
     _, info = engine_home
@@ -276,13 +280,8 @@ def test_a_small_gap_run_on_the_driver_over_connect_writes_what_spark_writes(
         max_session_days=2,
         session_gap_minutes=60,
     )
-    taken = []
-    on_driver = driver_run.process_sessions_on_driver
-
-    def spied(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        users = on_driver(*args, **kwargs)
-        taken.append(users is not None)
-        return users
+    taken: list[bool] = []
+    spied = driver_spy(taken)
 
     homes = {"connect": tmp_path / "connect", "spark": tmp_path / "spark"}
     try:

@@ -59,6 +59,19 @@ def _route(monkeypatch, way: str, spied) -> None:  # noqa: ANN001
     )
 
 
+def driver_spy(taken: list[bool]):  # noqa: ANN201
+    """`process_sessions_on_driver` recording in `taken` whether it took each run (made before
+    `_route` patches it)."""
+    on_driver = driver_run.process_sessions_on_driver
+
+    def spied(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        done = on_driver(*args, **kwargs)
+        taken.append(done is not None)
+        return done
+
+    return spied
+
+
 def _counts(outcome) -> dict:  # noqa: ANN001
     return {
         m: (o.rows_read, o.rows_written, o.excluded, o.touched, o.last_success_after)
@@ -80,13 +93,8 @@ def test_a_small_gap_run_on_the_driver_writes_what_spark_writes(
         session_gap_minutes=60,
         session_models=["sessions", "users", "user_session_stats"],
     )
-    taken = []
-    on_driver = driver_run.process_sessions_on_driver
-
-    def spied(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        users = on_driver(*args, **kwargs)
-        taken.append(users is not None)
-        return users
+    taken: list[bool] = []
+    spied = driver_spy(taken)
 
     homes = {way: tmp_path / way for way in ("driver", "spark")}
     for home in homes.values():
@@ -136,13 +144,8 @@ def test_a_stored_session_without_timestamps_leaves_the_run_to_spark(
         dt.date(2021, 3, 2): [event("2021-03-02T09:00:00", "u1", loaded="2021-03-02T09:05:00")],
     }
     untimed = spark.createDataFrame([("untimed", "u1", None, None, False)], LIFECYCLE_SCHEMA)
-    taken = []
-    on_driver = driver_run.process_sessions_on_driver
-
-    def spied(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        done = on_driver(*args, **kwargs)
-        taken.append(done is not None)
-        return done
+    taken: list[bool] = []
+    spied = driver_spy(taken)
 
     homes = {way: tmp_path / way for way in ("driver", "spark")}
     for day, rows in days.items():
