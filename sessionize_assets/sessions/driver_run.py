@@ -157,7 +157,11 @@ def process_sessions_on_driver(
     if side is None:
         return None
 
-    from sessionize_assets.sessions.steps import replace_session_rows, write_side_rows
+    from sessionize_assets.sessions.steps import (
+        count_replacement,
+        replace_session_rows,
+        write_side_rows,
+    )
 
     outcome.rows_read["lifecycle rows"] = len(old_lifecycle)
     outcome.rows_read["events of touched sessions"] = len(read)
@@ -166,12 +170,7 @@ def process_sessions_on_driver(
     computed_table = pa.Table.from_pylist(computed, schema=COMPUTED_SCHEMA)
     replaced = [o["session_identifier"] for o in old_lifecycle]
     write = replace_session_rows(spark, table_path(SESSIONS), computed_table, replaced)
-    outcome.rows_read["sessions renumbered or counted"] = write.rows_read
-    outcome.computed_by = write.computed_by
-    outcome.rows_written["sessions written"] = write.written
-    outcome.rows_written["sessions deleted"] = write.deleted
-    outcome.rows_written["sessions renumbered only"] = write.written - write.content_changed
-    outcome.touched = write.content_changed + write.deleted
+    count_replacement(outcome, write)
     # The side tables first, as `process_sessions` writes them (see there).
     write_side_rows(spark, table_path, arrow_frame(spark, side), side, outcome)
     written = 0

@@ -230,6 +230,16 @@ def replace_sessions(
 USERS_FROM_SCHEMA = "user_identifier string, _from timestamp"
 
 
+def count_replacement(outcome: ModelOutcome, write: SessionsWrite) -> None:
+    """The sessions model's counts of a replacement (`replace_sessions`' or the driver's)."""
+    outcome.rows_read["sessions renumbered or counted"] = write.rows_read
+    outcome.computed_by = write.computed_by
+    outcome.rows_written["sessions written"] = write.written
+    outcome.rows_written["sessions deleted"] = write.deleted
+    outcome.rows_written["sessions renumbered only"] = write.written - write.content_changed
+    outcome.touched = write.content_changed + write.deleted
+
+
 def replace_session_rows(
     spark: SparkSession, path: str, new_rows: pa.Table, replaced_ids: list[str]
 ) -> SessionsWrite:
@@ -391,12 +401,7 @@ def process_sessions(
     write = replace_sessions(
         spark, table_path(SESSIONS), computed, touched.replaced_ids, computed_rows
     )
-    outcome.rows_read["sessions renumbered or counted"] = write.rows_read
-    outcome.computed_by = write.computed_by
-    outcome.rows_written["sessions written"] = write.written
-    outcome.rows_written["sessions deleted"] = write.deleted
-    outcome.rows_written["sessions renumbered only"] = write.written - write.content_changed
-    outcome.touched = write.content_changed + write.deleted
+    count_replacement(outcome, write)
 
     # The side tables are derived from the difference between the stored lifecycle rows and the
     # recomputed ones, so they are written first: a run stopped after the lifecycle commit would
