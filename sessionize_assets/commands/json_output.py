@@ -354,6 +354,8 @@ def verify(result: VerifyResult) -> dict[str, Any]:
         "session_based": {
             "processed_through": _iso(sessions.processed_through),
             "waiting_rows": sessions.waiting_rows,
+            "lifecycle_runs_replayed": sessions.runs_replayed,
+            "lifecycle_taken_as_given": sessions.lifecycle_given,
         },
     }
 

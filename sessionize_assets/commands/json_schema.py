@@ -230,7 +230,14 @@ CONTENT: dict[str, dict[str, dict[str, Any]]] = {
                 "pending_load_days": DATES,
             }
         ),
-        "session_based": obj({"processed_through": nullable(INSTANT), "waiting_rows": INTEGER}),
+        "session_based": obj(
+            {
+                "processed_through": nullable(INSTANT),
+                "waiting_rows": INTEGER,
+                "lifecycle_runs_replayed": nullable(INTEGER),
+                "lifecycle_taken_as_given": nullable(STRING),
+            }
+        ),
     },
     "manifest-list": {
         "filter": obj({"state": nullable(one_of(*ITEM_STATES)), "item_prefix": nullable(STRING)}),

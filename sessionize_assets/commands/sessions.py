@@ -39,6 +39,7 @@ from sessionize_assets.resources.tables import (
 from sessionize_assets.sessions.materialize import SessionMaterializer
 from sessionize_assets.sessions.modes import mode_for
 from sessionize_assets.sessions.outcome import SessionRunOutcome
+from sessionize_assets.sessions.replay import replay_plan, replayed_lifecycle
 from sessionize_assets.sessions.state import (
     ModelState,
     current_limits,
@@ -218,6 +219,10 @@ class VerifySessionsReport:
     processed_through: dt.datetime | None = None
     waiting_rows: int = 0  # filtered_events rows past processed_through (not a difference)
     truncated: dict[str, int] = field(default_factory=dict)
+    # id mode: how many recorded runs the lifecycle memory was replayed from, or why it was
+    # taken as given instead (None in gap mode, which keeps no memory).
+    runs_replayed: int | None = None
+    lifecycle_given: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -232,6 +237,16 @@ class VerifySessionsReport:
         ]
         for table, n in self.compared.items():
             out.append(f"  {table}: {n} rows compared")
+        if self.runs_replayed is not None:
+            out.append(
+                f"  id mode's lifecycle memory replayed from {self.runs_replayed} recorded "
+                "session run(s), oldest first"
+            )
+        if self.lifecycle_given:
+            out.append(
+                "  id mode's lifecycle memory taken as given (first-seen users, frozen "
+                f"quarantines), not replayed: {self.lifecycle_given}"
+            )
         if self.waiting_rows:
             after = f"after {through}" if self.processed_through else "nothing processed yet"
             out.append(
@@ -292,8 +307,10 @@ def _fmt(row: Any) -> str:
 
 def verify_sessions(lake: LakeResource, spark: Any, limit: int = 20) -> VerifySessionsReport:
     """Recompute sessions and users from the current filtered_events (session timestamps from
-    start_date to the sessions model's processed-through limit) with the same settings; id mode
-    takes quarantine and first-seen users from the lifecycle manifest as given."""
+    start_date to the sessions model's processed-through limit) with the same settings. id mode
+    replays its lifecycle memory (first-seen users, frozen quarantines) from the recorded session
+    runs and compares the lifecycle manifest with it; when the records do not allow a replay it
+    takes the manifest as given and says why (`sessions/replay.py`)."""
     session: SparkSession = spark.get_session() if hasattr(spark, "get_session") else spark
     settings = lake.settings
     report = VerifySessionsReport()
@@ -354,6 +371,8 @@ def verify_sessions(lake: LakeResource, spark: Any, limit: int = 20) -> VerifySe
     )
     mode = mode_for(settings)
     lifecycle = mode.known_lifecycle(session, lake.table(SESSIONS_LIFECYCLE_MANIFEST))
+    if lifecycle is not None:  # id mode: the memory is replayed when the records allow it
+        lifecycle = _replayed_or_given(session, lake, lifecycle, limit, report)
     if through is None:
         expected = session.createDataFrame([], SESSIONS_SCHEMA)
     else:
@@ -407,6 +426,34 @@ def verify_sessions(lake: LakeResource, spark: Any, limit: int = 20) -> VerifySe
             )
     expected.unpersist()
     return report
+
+
+def _replayed_or_given(
+    session: SparkSession,
+    lake: LakeResource,
+    stored: DataFrame,
+    limit: int,
+    report: VerifySessionsReport,
+) -> DataFrame:
+    """id mode's lifecycle memory for the recompute: replayed from the recorded session runs
+    and compared with the stored manifest (`sessions/replay.py`), or, when the records do not
+    allow a replay, the stored manifest taken as given (the report says why)."""
+    plan = replay_plan(lake.table, stored.count())
+    if not plan.possible:
+        report.lifecycle_given = plan.refusal
+        return stored
+    report.runs_replayed = len(plan.runs)
+    memory = replayed_lifecycle(session, lake.table, lake.settings, plan)
+    _compare(
+        SESSIONS_LIFECYCLE_MANIFEST,
+        stored,
+        memory,
+        "session_identifier",
+        core.LIFECYCLE_COLUMNS,
+        limit,
+        report,
+    )
+    return memory
 
 
 # --- status -------------------------------------------------------------------------------------

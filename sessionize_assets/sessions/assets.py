@@ -157,9 +157,10 @@ def build_assets(
         restate_from = parse_day(config.restate_from, "restate_from")
         spark: SparkDeltaResource = context.resources.spark
         session = spark.get_session()
-        # The single place a processing-manifest lock wraps this run (item "session_models").
+        # The single place a processing-manifest lock wraps this run (item "session_models"); the
+        # run fills the lock's payload with what `verify` replays (core/run_history.py).
         guard = lock(context, ASSET_NAME) if lock is not None else nullcontext()
-        with guard, faults.step_of(ASSET_NAME):
+        with guard as record, faults.step_of(ASSET_NAME):
             run = run_session_models(
                 session,
                 lake.table,
@@ -168,6 +169,7 @@ def build_assets(
                 context.log,
                 refresh=config.refresh,
                 restate_from=restate_from,
+                record=record,
             )
         if observe is not None:
             observe(run)

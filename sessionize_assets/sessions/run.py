@@ -16,7 +16,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from sessionize_assets.core import model_definitions
+from sessionize_assets.core import model_definitions, run_history
 from sessionize_assets.core import sessionize as core
 from sessionize_assets.core.clock import as_utc, iso_or_none
 from sessionize_assets.core.run_limits import (
@@ -77,6 +77,7 @@ def run_session_models(
     log: logging.Logger | Any | None = None,
     refresh: bool = False,
     restate_from: dt.date | None = None,
+    record: dict[str, Any] | None = None,
 ) -> SessionRunOutcome:
     """One run of every enabled session model over the window the manifest gives (the imperative
     shell the `session_models` asset calls). `refresh`: rebuild every model in full from
@@ -86,14 +87,20 @@ def run_session_models(
     window starts at that day at the latest, so every session with an event from that day on is
     recomputed from filtered_events, as a run's lookback recomputes the last hours' sessions
     (`core.run_limits.restated`). Delta's data skipping is on only where it pays
-    (`data_skipping_when_it_pays` on filtered_events, sessions and the lifecycle manifest)."""
+    (`data_skipping_when_it_pays` on filtered_events, sessions and the lifecycle manifest).
+
+    `record` (the run lock's payload, kept in the processing manifest) is filled as the run goes
+    with what `verify` needs to replay it (`core.run_history.record_keys`): the version read, the
+    upper limit, the memory, and how far the sessions step got."""
     tables = [
         table_path(FILTERED_EVENTS),
         table_path(SESSIONS),
         table_path(SESSIONS_LIFECYCLE_MANIFEST),
     ]
     with data_skipping_when_it_pays(spark, tables, settings.spark):
-        return _run_session_models(spark, table_path, settings, now, log, refresh, restate_from)
+        return _run_session_models(
+            spark, table_path, settings, now, log, refresh, restate_from, record
+        )
 
 
 def _run_session_models(
@@ -104,8 +111,10 @@ def _run_session_models(
     log: logging.Logger | Any | None,
     refresh: bool,
     restate_from: dt.date | None,
+    record: dict[str, Any] | None,
 ) -> SessionRunOutcome:
     log = log or logging.getLogger(__name__)
+    record = {} if record is None else record
     now = as_utc(now)
     models = enabled_models(settings)
     mode = mode_for(settings)
@@ -121,6 +130,7 @@ def _run_session_models(
         log.info(line)
     fe_path = table_path(FILTERED_EVENTS)
     version = delta_version(fe_path)
+    record.update(run_history.record_keys(version, limits.upper_limit, forgets_memory=refresh))
     outcomes = {
         m: ModelOutcome(
             model=m,
@@ -203,6 +213,7 @@ def _run_session_models(
                     run.warnings.append(f"{model}: {rebuild}")
                     outcome.full_rebuild_reason = rebuild
                     if model == SESSIONS:
+                        record[run_history.SESSIONS_KEY] = run_history.STARTED
                         rebuild_sessions(
                             spark,
                             table_path,
@@ -218,6 +229,8 @@ def _run_session_models(
                         rebuild_user_model(spark, table_path, model, outcome)
                     processed = max_session_ts(snapshot, settings, limits)
                     outcome.ran = True
+                    if model == SESSIONS:
+                        record[run_history.SESSIONS_KEY] = run_history.RAN
                     _advance(outcome, processed, version)
                     continue
                 assert changes is not None
@@ -234,6 +247,7 @@ def _run_session_models(
                 small = small_run(changes.window_rows + changes.feed_rows)
                 with small_query_conf(spark, small), small_results(small):
                     if model == SESSIONS:
+                        record[run_history.SESSIONS_KEY] = run_history.STARTED
                         sessions_write = process_sessions(
                             spark,
                             table_path,
@@ -272,6 +286,8 @@ def _run_session_models(
                         touched = touched_by_version[consumed]
                         process_user_model(spark, table_path, model, touched, outcome)
                 outcome.ran = True
+                if model == SESSIONS:
+                    record[run_history.SESSIONS_KEY] = run_history.RAN
                 _advance(outcome, changes.processed_max, version)
             except Exception as exc:
                 outcome.failed = (

@@ -10,9 +10,15 @@ from delta.tables import DeltaTable
 from sessionize_assets.commands.sessions import run_sessions, status_sessions, verify_sessions
 from sessionize_assets.core.run_limits import PackageState
 from sessionize_assets.home import Home
+from sessionize_assets.resources.delta import read_small_table
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import SparkDeltaResource
-from sessionize_assets.resources.tables import SESSIONS, USERS
+from sessionize_assets.resources.tables import (
+    FILTERED_EVENTS,
+    SESSIONS,
+    SESSIONS_LIFECYCLE_MANIFEST,
+    USERS,
+)
 from sessionize_assets_tests.sessions.support import (
     event,
     make_settings,
@@ -90,6 +96,9 @@ def test_run_until_caught_up_then_status_and_verify(spark, home):
     )
     DeltaTable.forPath(spark, Home(home).table(USERS)).delete("user_identifier = 'user1'")
     broken = verify_sessions(resource, spark)
+    assert broken.runs_replayed == 2 and broken.lifecycle_given is None
+    assert broken.compared["sessions_lifecycle_manifest"] == 3
+    assert any("replayed from 2 recorded session run(s)" in line for line in broken.lines())
     lines = [d.line() for d in broken.differences]
     assert "sessions: different user0-2021-01-02: total_events: table 99, recompute 3" in lines
     assert any(line.startswith("users: missing user1: the recompute has") for line in lines)
@@ -118,3 +127,76 @@ def test_a_gap_longer_than_the_backfill_limit_stops_with_a_reason(spark, home):
     assert any(w.startswith("Snowplow Warning: No data in filtered_events") for w in run.warnings)
     assert "data resumes at 2021-01-11 09:00:00" in report.stopped
     assert status_sessions(resource).manifest == {}  # nothing moved
+
+
+def test_verify_replays_id_modes_memory_from_the_recorded_runs(spark, home):
+    """id mode keeps a session's first-seen user; a bug that wrote another user everywhere
+    (lifecycle, sessions, users) agrees with itself, and only a replay of the recorded runs,
+    oldest first from an empty memory, can see it. After a VACUUM the old versions a replay
+    reads may be gone: verify says so and takes the memory as given."""
+    settings = make_settings(start_date=DAY0.isoformat(), backfill_limit_days=2, session_mode="id")
+    day1 = DAY0 + dt.timedelta(days=1)
+    at = lambda day, h, m: dt.datetime.combine(day, dt.time(h, m), tzinfo=dt.UTC)  # noqa: E731
+    first = [event(at(DAY0, 9, m), "alice", "s1", loaded=at(DAY0, 9, 30)) for m in (0, 10)]
+    # The load day written twice, as a reload does: the first write's file is left unreferenced.
+    write_load_day(spark, home, DAY0, first[:1])
+    write_load_day(
+        spark, home, DAY0, first + [event(at(DAY0, 11, 0), "bob", "s2", loaded=at(DAY0, 11, 5))]
+    )
+    resource = lake(home, settings, "2021-01-02T00:00:00")
+    instance = DagsterInstance.ephemeral()
+    assert run_sessions(resource, SparkDeltaResource(), instance).ok
+    # A day later, a late event of s1 from another (larger) user: s1 keeps alice, first seen;
+    # a recompute without memory would name zed (the largest user among its events).
+    write_load_day(
+        spark,
+        home,
+        day1,
+        [event(at(DAY0, 9, 20), "zed", "s1", loaded=at(day1, 8, 0))]
+        + [event(at(day1, 7, 0), "bob", "s3", loaded=at(day1, 7, 5))],
+    )
+    resource = lake(home, settings, "2021-01-02T12:00:00")
+    assert run_sessions(resource, SparkDeltaResource(), instance).ok
+
+    # (That a replay of a correct history finds nothing, the random histories of
+    # sessions/test_equivalence.py show in id mode.)
+    lifecycle = read_small_table(Home(home).table(SESSIONS_LIFECYCLE_MANIFEST))
+    assert {r["session_identifier"]: r["user_identifier"] for r in lifecycle} == {
+        "s1": "alice",
+        "s2": "bob",
+        "s3": "bob",
+    }
+    # The bug: zed written as s1's user everywhere, consistently.
+    for table in (SESSIONS_LIFECYCLE_MANIFEST, SESSIONS):
+        DeltaTable.forPath(spark, Home(home).table(table)).update(
+            "session_identifier = 's1'", {"user_identifier": "'zed'"}
+        )
+    DeltaTable.forPath(spark, Home(home).table(USERS)).update(
+        "user_identifier = 'alice'", {"user_identifier": "'zed'"}
+    )
+    broken = verify_sessions(resource, spark)
+    assert broken.runs_replayed == 2 and broken.lifecycle_given is None
+    assert broken.compared["sessions_lifecycle_manifest"] == 3
+    assert any("replayed from 2 recorded session run(s)" in line for line in broken.lines())
+    lines = [d.line() for d in broken.differences]
+    assert (
+        "sessions_lifecycle_manifest: different s1: user_identifier: table 'zed', recompute 'alice'"
+        in lines
+    ), lines
+    assert "sessions: different s1: user_identifier: table 'zed', recompute 'alice'" in lines
+
+    # A VACUUM that deletes files of filtered_events: old versions may have lost theirs, so no
+    # replay now; the memory is taken as given, which agrees with the bug, and the report says why.
+    fe = Home(home).table(FILTERED_EVENTS)
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    try:
+        spark.sql(f"VACUUM delta.`{fe}` RETAIN 0 HOURS").collect()
+    finally:
+        spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "true")
+    given = verify_sessions(resource, spark)
+    assert given.runs_replayed is None
+    assert given.lifecycle_given and "VACUUM deleted files of filtered_events" in (
+        given.lifecycle_given
+    )
+    assert given.ok, "\n".join(given.lines())
+    assert "sessions_lifecycle_manifest" not in given.compared

@@ -14,10 +14,12 @@ import yaml
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from sessionize_assets.core.run_history import RUN_ITEM
 from sessionize_assets.home import Home
 from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.processing_manifest import ProcessingManifest
 from sessionize_assets.resources.spark import SparkDeltaResource
-from sessionize_assets.resources.tables import FILTERED_EVENTS
+from sessionize_assets.resources.tables import FILTERED_EVENTS, PROCESSING_MANIFEST
 from sessionize_assets.sessions.assets import build_assets
 from sessionize_assets.sessions.outcome import SessionRunOutcome
 from sessionize_assets.sessions.run import run_session_models
@@ -142,15 +144,31 @@ def run(
     return run_session_models(spark, Home(home).table, settings, now_t)
 
 
+def run_locked(
+    spark: SparkSession, home: Path, settings: Settings, now: str | dt.datetime
+) -> SessionRunOutcome:
+    """One run of the session models inside the processing-manifest lock the asset takes (item
+    `session_models`), its record filled by the run: what `verify` replays in id mode."""
+    now_t = utc(now) if isinstance(now, str) else now
+    manifest = ProcessingManifest(spark, Home(home).table(PROCESSING_MANIFEST))
+    with manifest.processing(RUN_ITEM, "tests", f"test-run-{next(_ids)}") as record:
+        return run_session_models(spark, Home(home).table, settings, now_t, record=record)
+
+
 def run_until_caught_up(
-    spark: SparkSession, home: Path, settings: Settings, now: str | dt.datetime, max_runs: int = 50
+    spark: SparkSession,
+    home: Path,
+    settings: Settings,
+    now: str | dt.datetime,
+    max_runs: int = 50,
+    locked: bool = False,
 ) -> list[SessionRunOutcome]:
     """Runs until a run's window reached now with every model in it, or until a run moved nothing
     (no data in the window: nothing newer is waiting, or a gap longer than backfill_limit_days)."""
     now_t = utc(now) if isinstance(now, str) else now
     runs = []
     for _ in range(max_runs):
-        outcome = run(spark, home, settings, now_t)
+        outcome = (run_locked if locked else run)(spark, home, settings, now_t)
         runs.append(outcome)
         all_ran = all(o.ran or o.no_data for o in outcome.models.values())
         if (outcome.limits.reaches(now_t) and all_ran) or not outcome.moved:

@@ -37,7 +37,7 @@ from sessionize_assets_tests.sessions.support import (
     delete_events,
     event,
     make_settings,
-    run,
+    run_locked,
     run_until_caught_up,
     write_load_day,
     write_load_days,
@@ -230,12 +230,13 @@ def test_caught_up_sessions_equal_a_full_recompute(
                 d: [r for r in rows if r["domain_userid"] != step[2]] for d, rows in loaded.items()
             }
         else:
-            outcome = run(spark, home, s, step[1])
+            # Each run in the lock the asset takes, its record filled: verify replays them.
+            outcome = run_locked(spark, home, s, step[1])
             remember(memory, loaded, s, outcome)
             compared += compare_after_run(
                 home, s, loaded, memory, seen, outcome, f"after the run as of {step[1]}"
             )
-    runs = run_until_caught_up(spark, home, s, FINAL_NOW)
+    runs = run_until_caught_up(spark, home, s, FINAL_NOW, locked=True)
     for outcome in runs:
         remember(memory, loaded, s, outcome)
         compared += compare_after_run(home, s, loaded, memory, seen, outcome, "while catching up")
@@ -247,6 +248,13 @@ def test_caught_up_sessions_equal_a_full_recompute(
     report = verify_sessions(lake, spark)
     assert report.compared["sessions"] > 0
     assert report.ok, "\n".join(report.lines())
+    # id mode: the memory was replayed from the recorded runs, not read from the manifest, and
+    # the manifest was compared with it.
+    if mode == "id":
+        assert report.lifecycle_given is None and report.runs_replayed, report.lines()
+        assert report.compared["sessions_lifecycle_manifest"] > 0
+    else:
+        assert report.runs_replayed is None and "sessions_lifecycle_manifest" not in report.compared
     # Which writer the history went through: its MERGEs into sessions, and the appends that
     # stand for a MERGE that only inserts (`delta.append_if_new`), say so (version 0, the
     # table's creation, is Spark's either way).
