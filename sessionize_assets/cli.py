@@ -446,6 +446,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "verify", help="compare incremental tables with a recompute; non-zero on any difference"
     )
+    p.add_argument(
+        "--replay",
+        action="store_true",
+        help="id mode: replay the lifecycle memory (first-seen users, frozen quarantines) from "
+        "the recorded session runs instead of taking the lifecycle manifest as given (about one "
+        "recompute per run)",
+    )
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_verify)
 

@@ -323,9 +323,12 @@ class VerifyResult:
         return lines
 
 
-def verify_reports(ctx: CommandContext) -> VerifyResult:
-    """Every incremental table against a recompute. A branch whose tables cannot be read raises
+def verify_reports(ctx: CommandContext, replay: bool | None = None) -> VerifyResult:
+    """Every incremental table against a recompute (`replay`: id mode's memory replayed from the
+    recorded runs; None: the command's `--replay`). A branch whose tables cannot be read raises
     BranchUnreadableError (one sentence naming the branch)."""
+    if replay is None:
+        replay = bool(getattr(ctx.args, "replay", False))
     from sessionize_assets.commands.sessions import verify_sessions
     from sessionize_assets.commands.time_based import verify_time_based
     from sessionize_assets.resources.delta import data_skipping_when_it_pays
@@ -339,7 +342,7 @@ def verify_reports(ctx: CommandContext) -> VerifyResult:
         )
         sessions = _verified(
             "session-based branch (sessions, users and their manifests)",
-            lambda: verify_sessions(lake, ctx.spark),
+            lambda: verify_sessions(lake, ctx.spark, replay=replay),
             log_file,
         )
     return VerifyResult(time_based, sessions)

@@ -305,12 +305,15 @@ def _fmt(row: Any) -> str:
     return ", ".join(f"{k}={v}" for k, v in keep.items())
 
 
-def verify_sessions(lake: LakeResource, spark: Any, limit: int = 20) -> VerifySessionsReport:
+def verify_sessions(
+    lake: LakeResource, spark: Any, limit: int = 20, replay: bool = False
+) -> VerifySessionsReport:
     """Recompute sessions and users from the current filtered_events (session timestamps from
     start_date to the sessions model's processed-through limit) with the same settings. id mode
-    replays its lifecycle memory (first-seen users, frozen quarantines) from the recorded session
-    runs and compares the lifecycle manifest with it; when the records do not allow a replay it
-    takes the manifest as given and says why (`sessions/replay.py`)."""
+    takes its lifecycle memory (first-seen users, frozen quarantines) from the lifecycle
+    manifest as given, unless `replay`: then it replays the memory from the recorded session
+    runs and compares the lifecycle manifest with it, or, when the records do not allow a
+    replay, says why and takes it as given (`sessions/replay.py`)."""
     session: SparkSession = spark.get_session() if hasattr(spark, "get_session") else spark
     settings = lake.settings
     report = VerifySessionsReport()
@@ -371,8 +374,8 @@ def verify_sessions(lake: LakeResource, spark: Any, limit: int = 20) -> VerifySe
     )
     mode = mode_for(settings)
     lifecycle = mode.known_lifecycle(session, lake.table(SESSIONS_LIFECYCLE_MANIFEST))
-    if lifecycle is not None:  # id mode: the memory is replayed when the records allow it
-        lifecycle = _replayed_or_given(session, lake, lifecycle, limit, report)
+    if lifecycle is not None:  # id mode: the memory is replayed when asked and possible
+        lifecycle = _replayed_or_given(session, lake, lifecycle, limit, report, replay)
     if through is None:
         expected = session.createDataFrame([], SESSIONS_SCHEMA)
     else:
@@ -434,13 +437,20 @@ def _replayed_or_given(
     stored: DataFrame,
     limit: int,
     report: VerifySessionsReport,
+    replay: bool,
 ) -> DataFrame:
-    """id mode's lifecycle memory for the recompute: replayed from the recorded session runs
-    and compared with the stored manifest (`sessions/replay.py`), or, when the records do not
-    allow a replay, the stored manifest taken as given (the report says why)."""
-    plan = replay_plan(lake.table, stored.count())
+    """id mode's lifecycle memory for the recompute: when `replay`, replayed from the recorded
+    session runs and compared with the stored manifest (`sessions/replay.py`); else, or when the
+    records do not allow a replay, the stored manifest taken as given (the report says why)."""
+    plan = replay_plan(lake.table, stored.count(), versions=replay)
     if not plan.possible:
         report.lifecycle_given = plan.refusal
+        return stored
+    if not replay:
+        report.lifecycle_given = (
+            f"`sessionize verify --replay` replays the {len(plan.runs)} recorded session run(s) "
+            "instead, about one recompute each"
+        )
         return stored
     report.runs_replayed = len(plan.runs)
     memory = replayed_lifecycle(session, lake.table, lake.settings, plan)

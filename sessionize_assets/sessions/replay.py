@@ -20,9 +20,11 @@ from pyspark.sql import DataFrame, SparkSession
 
 from sessionize_assets.core import sessionize as core
 from sessionize_assets.core.run_history import RUN_ITEM, Replay, replay_of
-from sessionize_assets.resources.delta import delta_table, read_small_table
+from sessionize_assets.resources.delta import delta_table, live_rows, read_pinned, read_small_table
 from sessionize_assets.resources.manifest_table import read_records
+from sessionize_assets.resources.spark import small_query_conf
 from sessionize_assets.resources.tables import FILTERED_EVENTS, FORGET_LOG, PROCESSING_MANIFEST
+from sessionize_assets.sessions.frames import small_run
 from sessionize_assets.sessions.modes import mode_for
 from sessionize_assets.sessions.tables import LIFECYCLE_SCHEMA, TablePath
 from sessionize_assets.settings import Settings
@@ -30,10 +32,12 @@ from sessionize_assets.settings import Settings
 VACUUM_END = "VACUUM END"
 
 
-def replay_plan(table_path: TablePath, lifecycle_rows: int) -> Replay:
-    """The runs to replay from the home's records (delta-rs only), or why it cannot be done."""
+def replay_plan(table_path: TablePath, lifecycle_rows: int, versions: bool = True) -> Replay:
+    """The runs to replay from the home's records (delta-rs only), or why it cannot be done;
+    without `versions`, from the records alone (whether the versions are still readable, and
+    whether a forget ran, not checked)."""
     replay = replay_of(read_records(table_path(PROCESSING_MANIFEST), item=RUN_ITEM))
-    if not replay.possible:
+    if not replay.possible or not versions:
         return replay
     runs = replay.runs  # from the last refresh on, when there was one
     if not runs:
@@ -86,14 +90,17 @@ def replayed_lifecycle(
     mode = mode_for(settings)
     path = table_path(FILTERED_EVENTS)
     memory: DataFrame = spark.createDataFrame([], LIFECYCLE_SCHEMA)
+    columns = core.shared_columns(settings)
     for run in replay.runs:
         known = None if run.forgets_memory else memory
-        snapshot = spark.read.format("delta").option("versionAsOf", run.filtered_events_version)
-        computed = core.compute_sessions(
-            snapshot.load(path), settings, known, run.upper_limit
-        ).sessions
-        rebuilt = mode.rebuilt_lifecycle(core.lifecycle_rows(computed), known)
-        # Each run's memory computed once: the next run's plan starts from its rows, not from
-        # every earlier run's plan.
-        memory = rebuilt.localCheckpoint(eager=True)
+        # Driver-local when small (delta-rs), else Spark's read of that version.
+        snapshot = read_pinned(spark, path, run.filtered_events_version, columns)
+        rows = live_rows(delta_table(path, run.filtered_events_version))
+        small = rows is not None and small_run(rows)
+        with small_query_conf(spark, small):
+            computed = core.compute_sessions(snapshot, settings, known, run.upper_limit).sessions
+            rebuilt = mode.rebuilt_lifecycle(core.lifecycle_rows(computed), known)
+            # Each run's memory computed once: the next run's plan starts from its rows, not
+            # from every earlier run's plan.
+            memory = rebuilt.localCheckpoint(eager=True)
     return memory

@@ -223,9 +223,14 @@ def test_verify_names_a_planted_difference_with_exit_1(two_days, tmp_path, capsy
     deleted = table.column("session_identifier")[0].as_py()
     write_deltalake(path, table.slice(1), mode="overwrite")
 
-    status, doc = _json(capsys, home, *cli_now(3), "verify", "--json")
+    # --replay (id mode, this home's): the lifecycle memory replayed from the recorded runs,
+    # which agrees with the stored manifest (the planted difference is in sessions alone).
+    status, doc = _json(capsys, home, *cli_now(3), "verify", "--replay", "--json")
     assert status == 1 and doc["error"] is None and doc["ok"] is False
+    assert doc["session_based"]["lifecycle_runs_replayed"] >= 1, doc["session_based"]
+    assert doc["session_based"]["lifecycle_taken_as_given"] is None
     checks = {(c["branch"], c["table"], c["check"]): c for c in doc["checks"]}
+    assert checks[("session_based", "sessions_lifecycle_manifest", "recompute")]["differences"] == 0
     sessions = checks[("session_based", "sessions", "recompute")]
     assert sessions["rows_compared"] == table.num_rows
     assert {"table": "sessions", "kind": "missing", "key": deleted} in [

@@ -245,7 +245,7 @@ def test_caught_up_sessions_equal_a_full_recompute(
     run_reads = set(local_reads)  # the runs' reads (verify below reads too)
     config = write_settings(home, s)
     lake = LakeResource(home=str(home), config_file=str(config), now=FINAL_NOW.isoformat())
-    report = verify_sessions(lake, spark)
+    report = verify_sessions(lake, spark, replay=True)
     assert report.compared["sessions"] > 0
     assert report.ok, "\n".join(report.lines())
     # id mode: the memory was replayed from the recorded runs, not read from the manifest, and
