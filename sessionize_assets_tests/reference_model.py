@@ -13,6 +13,9 @@ Covered (docs/testing.md):
 - `daily_aggregates(rows, settings)`: one row per (user, event day), the time-based aggregate;
 - `days_to_process_in_order(rows, settings)`: the decisions and horizons of a catch-up that
   decides each load day once, in order;
+- `LoadDayHistory` with `days_to_process_after_run` / `days_to_process_after_backfill`: the same
+  decisions run by run, re-decisions of grown and reached load days included (what each load
+  day's `filtered_events` held when it was decided, and which load days a run takes, in order);
 - `gap_sessions(rows, settings)` and `id_sessions(rows, settings, lifecycle)`: the `sessions`
   table (numbered); `users(sessions)`; `user_session_stats(sessions)`; `gap_lifecycle(sessions)`.
 """
@@ -24,6 +27,7 @@ import hashlib
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from sessionize_assets.settings import Settings
@@ -206,6 +210,255 @@ def days_to_process_in_order(
                 }
             )
     return out, horizon
+
+
+# --- days_to_process run by run (SPEC section 5, docs/time_based.md) ----------------------------
+
+
+@dataclass
+class LoadDayHistory:
+    """What the reference remembers of the load-day models between the runs of a history, so
+    that `days_to_process` can be decided run by run (re-decisions included), not only for a
+    first catch-up:
+
+    - `raw`: every `events` row landed so far;
+    - `consumed[L]`: how many raw rows of L `filtered_events(L)` last consumed (a load day is
+      pending when more landed since), None once a change to an earlier load day's duplicates
+      reached it (pending until redone); no entry: never materialized with data;
+    - `kept[L]`: the rows `filtered_events(L)` holds, as its last materialization kept them from
+      the raw rows landed then (a pending load day keeps its old rows until it is redone, and
+      later decisions count them);
+    - `decisions[(L, D)]`: the stored `days_to_process` rows.
+    """
+
+    raw: list[Row] = field(default_factory=list)
+    consumed: dict[dt.date, int | None] = field(default_factory=dict)
+    kept: dict[dt.date, list[Row]] = field(default_factory=dict)
+    decisions: dict[tuple[dt.date, dt.date], Row] = field(default_factory=dict)
+
+
+def _days(first: dt.date, last: dt.date) -> list[dt.date]:
+    return [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
+
+
+def _runs_of(days: Iterable[dt.date], most: int) -> list[list[dt.date]]:
+    """Sorted days cut into runs of consecutive days, each at most `most` days long (one Dagster
+    run of filtered_events + days_to_process each)."""
+    runs: list[list[dt.date]] = []
+    for day in sorted(set(days)):
+        if runs and day == runs[-1][-1] + dt.timedelta(days=1) and len(runs[-1]) < most:
+            runs[-1].append(day)
+        else:
+            runs.append([day])
+    return runs
+
+
+def _raw_per_load_day(history: LoadDayHistory) -> dict[dt.date, list[Row]]:
+    out: dict[dt.date, list[Row]] = defaultdict(list)
+    for r in history.raw:
+        out[r["load_date"]].append(r)
+    return out
+
+
+def pending_load_days(history: LoadDayHistory, settings: Settings) -> list[dt.date]:
+    """Load days (from `start_date` on) whose raw rows differ from what filtered_events last
+    consumed (new or grown), or that a change to an earlier load day reached."""
+    landed = _raw_per_load_day(history)
+    grown = {d for d, rows in landed.items() if history.consumed.get(d, -1) != len(rows)}
+    reached = {d for d, n in history.consumed.items() if n is None}
+    return sorted(d for d in grown | reached if d >= settings.start_date)
+
+
+def decided_horizons(history: LoadDayHistory) -> dict[dt.date, dt.date]:
+    """horizon(D): the latest load day whose stored decision for D is "process" (no keyhole
+    repair in these histories, so the aggregate's horizon is the decided one once it ran)."""
+    out: dict[dt.date, dt.date] = {}
+    for (load_day, event_day), r in history.decisions.items():
+        if r["decision"] == "process" and (event_day not in out or load_day > out[event_day]):
+            out[event_day] = load_day
+    return out
+
+
+def decision_rows(history: LoadDayHistory) -> list[Row]:
+    """The stored `days_to_process` rows, by (load day, event day)."""
+    return [dict(history.decisions[k]) for k in sorted(history.decisions)]
+
+
+def kept_rows(history: LoadDayHistory) -> list[Row]:
+    """The rows filtered_events holds (each load day as last materialized)."""
+    return [r for day in sorted(history.kept) for r in history.kept[day]]
+
+
+def _materialize(history: LoadDayHistory, settings: Settings, days: Sequence[dt.date]) -> None:
+    """One run of filtered_events + days_to_process over the consecutive load `days`.
+
+    filtered_events first, for every day of the run: each day's rows are kept from the raw rows
+    landed so far (`filtered_events`). A day of the run whose raw rows changed (or that was never
+    materialized, or was reached) reaches the later, already materialized load days outside the
+    run within `dedupe_lookback_days` after it whose raw rows share an `event_id` with its raw or
+    previously kept rows: they become pending, their kept rows unchanged until redone
+    (docs/time_based.md, "filtered_events").
+
+    Then days_to_process decides the run's load days in ascending order, each seeing the
+    decisions before it (SPEC section 5), over what filtered_events holds now (the stale rows of
+    pending load days included): for L, every event day D its kept rows touch, and every D its
+    previous decisions listed with L <= horizon(D) (its counted rows are gone: re-aggregate, with
+    0 rows), where horizon(D) is the latest "process" among the stored decisions (L's previous
+    ones included) and those made so far in this run:
+    - L <= horizon(D): process (L's rows were counted already);
+    - D >= L: process;
+    - D < L: process when L - D <= reprocess_days and pending(D) >= min_rows_to_process, with
+      pending(D) = rows of D with horizon(D) < load day <= L; else skip.
+    The run's load days' decisions replace their stored ones.
+    """
+    lookback = dt.timedelta(days=settings.dedupe_lookback_days)
+    landed = _raw_per_load_day(history)
+    before = dict(history.consumed)
+    changed = [d for d in days if d not in before or before[d] != len(landed.get(d, []))]
+    ids = {
+        d: {r["event_id"] for r in landed.get(d, ())}
+        | {r["event_id"] for r in history.kept.get(d, ())}
+        for d in changed
+    }
+    kept_now: dict[dt.date, list[Row]] = defaultdict(list)
+    for r in filtered_events(history.raw, settings):
+        kept_now[r["load_date"]].append(r)
+    for day in days:
+        history.kept[day] = kept_now.get(day, [])
+        if day in landed or day in before:  # a load day without data leaves no record
+            history.consumed[day] = len(landed.get(day, []))
+    for later in before:
+        if later in days:
+            continue
+        later_ids = {r["event_id"] for r in landed.get(later, ())}
+        if any(c < later <= c + lookback and later_ids & (ids[c] - {None}) for c in changed):
+            history.consumed[later] = None
+
+    counts: dict[tuple[dt.date, dt.date], int] = defaultdict(int)
+    for load_day, rows in history.kept.items():
+        for r in rows:
+            counts[(load_day, r["event_date"])] += 1
+    horizon = decided_horizons(history)
+    previous: dict[dt.date, set[dt.date]] = defaultdict(set)
+    for load_day, event_day in history.decisions:
+        previous[load_day].add(event_day)
+    made: dict[tuple[dt.date, dt.date], Row] = {}
+    for load_day in sorted(days):
+        touched = {d for (load, d), n in counts.items() if load == load_day and n > 0}
+        counted = {d for d in previous[load_day] if d in horizon and load_day <= horizon[d]}
+        for event_day in sorted(touched | counted):
+            before_horizon = horizon.get(event_day)
+            pending = sum(
+                n
+                for (load, day), n in counts.items()
+                if day == event_day
+                and (before_horizon is None or load > before_horizon)
+                and load <= load_day
+            )
+            late_by = (load_day - event_day).days
+            process = (
+                (before_horizon is not None and load_day <= before_horizon)
+                or event_day >= load_day
+                or (late_by <= settings.reprocess_days and pending >= settings.min_rows_to_process)
+            )
+            if process and (before_horizon is None or load_day > before_horizon):
+                horizon[event_day] = load_day
+            made[(load_day, event_day)] = {
+                "load_date": load_day,
+                "event_date": event_day,
+                "rows": counts.get((load_day, event_day), 0),
+                "is_late": event_day < load_day,
+                "horizon_before": before_horizon,
+                "pending": pending,
+                "decision": "process" if process else "skip",
+            }
+    redone = set(days)
+    history.decisions = {k: v for k, v in history.decisions.items() if k[0] not in redone}
+    history.decisions.update(made)
+
+
+def _redo_reached(
+    history: LoadDayHistory,
+    settings: Settings,
+    processed: Sequence[dt.date],
+    left_for_later: Iterable[dt.date],
+    today: dt.date,
+) -> None:
+    """After a run's (or a backfill's) own load days: redo, in rounds, the pending load days after
+    the first of the days done so far and at most `dedupe_lookback_days` after the last (not in
+    `left_for_later`, not after `today`), each round in runs of consecutive days, ascending, until
+    none is left. A day redone earlier is redone again when a later redo reaches it again
+    (docs/time_based.md: a run takes 4, 6 and 7, 4 reaches 5, 5's redo reaches 6: 5, then 6)."""
+    if not processed:
+        return
+    lookback = dt.timedelta(days=settings.dedupe_lookback_days)
+    left = set(left_for_later)
+    done = list(processed)
+    for _ in range((today - min(processed)).days + 2):
+        reached = [
+            d
+            for d in pending_load_days(history, settings)
+            if d not in left and min(done) < d <= max(done) + lookback and d <= today
+        ]
+        if not reached:
+            return
+        for run in _runs_of(reached, settings.backfill_limit_days):
+            _materialize(history, settings, run)
+        done += reached
+    raise AssertionError("the reference's redo of reached load days did not settle")
+
+
+def days_to_process_after_run(
+    history: LoadDayHistory,
+    landed: Iterable[Mapping[str, Any]],
+    settings: Settings,
+    today: dt.date,
+) -> tuple[list[Row], dict[dt.date, dt.date]]:
+    """`run` of the time-based branch after the raw rows `landed` since the previous call:
+    (the stored `days_to_process` rows, horizon(D) per event day), `history` updated in place.
+
+    The run takes the pending load days (up to `today`) in ascending order, in runs of at most
+    `backfill_limit_days` consecutive days (`_materialize`), then redoes the load days those
+    reached (`_redo_reached`); its event days are then aggregated up to their horizons. Modelled
+    only where the run limits take every pending load day (at most `backfill_limit_days` + 1,
+    all inside the load window: the histories' load days fit), else it refuses.
+    """
+    history.raw.extend(dict(r) for r in landed)
+    pending = [d for d in pending_load_days(history, settings) if d <= today]
+    if len(pending) > settings.backfill_limit_days + 1:
+        raise ValueError("the reference does not model run limits that defer load days")
+    for run in _runs_of(pending, settings.backfill_limit_days):
+        _materialize(history, settings, run)
+    _redo_reached(history, settings, pending, (), today)
+    return decision_rows(history), decided_horizons(history)
+
+
+def days_to_process_after_backfill(
+    history: LoadDayHistory,
+    landed: Iterable[Mapping[str, Any]],
+    settings: Settings,
+    first: dt.date,
+    last: dt.date,
+    today: dt.date,
+) -> tuple[list[Row], dict[dt.date, dt.date]]:
+    """`backfill` of load days first .. last after the raw rows `landed` since the previous call,
+    like `days_to_process_after_run`.
+
+    Every load day from max(first, start_date) to min(last, today), pending or not, with data or
+    not, in windows of `backfill_limit_days` days from the first (`_materialize`); then the
+    pending load days after the range its changes reach, and what they reach
+    (`_redo_reached`, the range's own days left alone). Pending load days before the range or
+    beyond that reach stay pending for the next run.
+    """
+    history.raw.extend(dict(r) for r in landed)
+    start, end = max(first, settings.start_date), min(last, today)
+    if start <= end:
+        days = _days(start, end)
+        step = settings.backfill_limit_days
+        for i in range(0, len(days), step):
+            _materialize(history, settings, days[i : i + step])
+        _redo_reached(history, settings, [start, end], days, today)
+    return decision_rows(history), decided_horizons(history)
 
 
 def attributes(

@@ -283,22 +283,55 @@ def test_accounting_invariant_and_full_recompute_after_random_histories(
         **limits,
     )
     instance = DagsterInstance.ephemeral()
+    settings, today = lake.settings, dt.date.fromisoformat(NOW[:10])
+    # The reference's own memory of the load-day models: days_to_process decided run by run
+    # (re-decisions of grown and reached load days included), never read from the lake.
+    model = reference.LoadDayHistory()
     raw = land(spark, lake, batches[0])
     run_time_based(lake, spark, instance)
+    reference.days_to_process_after_run(model, raw, settings, today)
     # After every run of the history, not only the last: the tables equal the reference's on
     # the rows landed so far (a run takes every pending load day: the history fits its limits).
     state = read_state(TimeBasedTables.at(lake.table))
     assert state.pending_load_days() == [] and state.outstanding() == {}
     after_first = {r.event_date: r for r in state.manifest()}
-    problems = reference_differences(lake, raw, after_first, strict) + decision_differences(
-        lake, raw, after_first
+    kept = reference.filtered_events(raw, settings)
+    in_order, in_order_horizons = reference.days_to_process_in_order(kept, settings)
+    problems = (
+        model_differences(model, raw, settings)
+        + reference_differences(lake, raw, kept, after_first, model, strict)
+        + decision_differences(lake, in_order, in_order_horizons, after_first)
+        + decision_differences(
+            lake, reference.decision_rows(model), reference.decided_horizons(model), after_first
+        )
     )
     assert not problems, "after the first run:\n" + "\n".join(problems)
-    raw += land(spark, lake, batches[1])
+    landed = land(spark, lake, batches[1])
+    raw += landed
     if backfill is not None:
         first = day(backfill[0])
-        backfill_time_based(first, first + dt.timedelta(days=backfill[1]), lake, spark, instance)
+        last = first + dt.timedelta(days=backfill[1])
+        backfill_time_based(first, last, lake, spark, instance)
+        reference.days_to_process_after_backfill(model, landed, settings, first, last, today)
+        landed = []
+        # A backfill leaves the pending load days it did not take (before its range, beyond its
+        # reach) with their old filtered_events rows: compared with the model's rows as they are.
+        state = read_state(TimeBasedTables.at(lake.table))
+        assert state.outstanding() == {}
+        after_backfill = {r.event_date: r for r in state.manifest()}
+        problems = reference_differences(
+            lake, raw, reference.kept_rows(model), after_backfill, model, strict
+        ) + decision_differences(
+            lake, reference.decision_rows(model), reference.decided_horizons(model), after_backfill
+        )
+        pending = reference.pending_load_days(model, settings)
+        if state.pending_load_days() != pending:
+            problems.append(
+                f"pending load days: stored {state.pending_load_days()}, reference {pending}"
+            )
+        assert not problems, "after the backfill:\n" + "\n".join(problems)
     run_time_based(lake, spark, instance)
+    reference.days_to_process_after_run(model, landed, settings, today)
 
     state = read_state(TimeBasedTables.at(lake.table))
     assert state.pending_load_days() == [] and state.outstanding() == {}
@@ -339,9 +372,17 @@ def test_accounting_invariant_and_full_recompute_after_random_histories(
         )
         assert rows_of(spark.read.format("delta").load(lake.table("attributes"))) == expected
     # The independent oracle (issue 19): filtered_events and daily_aggregates from scratch, in
-    # plain Python, out of the raw rows landed (sessionize_assets_tests/reference_model.py).
-    problems = reference_differences(lake, raw, manifest, strict)
-    assert not problems, "\n".join(problems)
+    # plain Python, out of the raw rows landed, and days_to_process and the horizons as the
+    # model decided them run by run (sessionize_assets_tests/reference_model.py).
+    kept = reference.filtered_events(raw, settings)
+    problems = (
+        model_differences(model, raw, settings)
+        + reference_differences(lake, raw, kept, manifest, model, strict)
+        + decision_differences(
+            lake, reference.decision_rows(model), reference.decided_horizons(model), manifest
+        )
+    )
+    assert not problems, "after the last run:\n" + "\n".join(problems)
 
     # Which reader read `events` and filtered_events' event days, as each materialization of
     # filtered_events and daily_aggregates records it.
@@ -368,14 +409,27 @@ def test_accounting_invariant_and_full_recompute_after_random_histories(
         assert "the driver (plain Python)" in by, by
 
 
-def decision_differences(lake, raw: list[dict], manifest: dict) -> list[str]:
-    """After a run that decided every load day once, in load-day order (a history's first run):
-    `days_to_process` row for row and every horizon, as the reference decides them on its own
-    (`reference.days_to_process_in_order`). Later runs re-decide load days that grew or were
-    reached by duplicates, an order the reference does not model: their horizons are compared
-    through `daily_aggregates` and the pending rows only (`reference_differences`)."""
-    kept = reference.filtered_events(raw, lake.settings)
-    decisions, horizons = reference.days_to_process_in_order(kept, lake.settings)
+def model_differences(model: reference.LoadDayHistory, raw: list[dict], settings) -> list[str]:
+    """After a run (every pending load day taken): the model itself has nothing pending and its
+    filtered_events rows, load day by load day as last materialized, are the from-scratch ones."""
+    problems = []
+    if reference.pending_load_days(model, settings):
+        problems.append(
+            f"reference: load days still pending {reference.pending_load_days(model, settings)}"
+        )
+    problems += reference.differences(
+        "reference's materialized filtered_events",
+        reference.kept_rows(model),
+        reference.filtered_events(raw, settings),
+        key=["load_date", "event_id", "_row_hash"],
+    )
+    return problems
+
+
+def decision_differences(lake, decisions: list[dict], horizons: dict, manifest: dict) -> list[str]:
+    """`days_to_process` row for row and every horizon of `daily_aggregation_manifest`, against
+    the reference's: `days_to_process_in_order` after a history's first run (each load day
+    decided once, in order), `LoadDayHistory` after every run (re-decisions included)."""
     columns = [
         "load_date",
         "event_date",
@@ -398,12 +452,13 @@ def decision_differences(lake, raw: list[dict], manifest: dict) -> list[str]:
     return problems
 
 
-def reference_differences(lake, raw: list[dict], manifest: dict, strict: bool) -> list[str]:
-    """filtered_events row for row; each event day's aggregate up to its horizon, its rows and
-    its pending rows. The decisions that set horizons are not modelled: taken from the manifest,
-    except in the strict policy, where every row must be counted (no horizon needed)."""
+def reference_differences(
+    lake, raw: list[dict], kept: list[dict], manifest: dict, model, strict: bool
+) -> list[str]:
+    """filtered_events row for row against `kept` (the reference's rows); each event day's
+    aggregate up to the model's horizon (`reference.decided_horizons`), its rows and its pending
+    rows; attributes. In the strict policy every row must be counted (no horizon needed)."""
     settings = lake.settings
-    kept = reference.filtered_events(raw, settings)
     columns = [*raw[0].keys(), "event_date"]
     problems = reference.differences(
         "filtered_events",
@@ -411,7 +466,7 @@ def reference_differences(lake, raw: list[dict], manifest: dict, strict: bool) -
         kept,
         key=["load_date", "event_id", "_row_hash"],
     )
-    horizons = {d: r.horizon for d, r in manifest.items()}
+    horizons = reference.decided_horizons(model)
     daily = reference.daily_aggregates(kept, settings, None if strict else horizons)
     problems += reference.differences(
         "daily_aggregates",
