@@ -115,7 +115,8 @@ def pytest_configure(config: pytest.Config) -> None:
 # statuses' and the schedules' moved in session 20, when the two maintenance tests became one; the
 # browser test's in session 21, when it began to run a backfill from the UI to completion; in
 # session 22 the benchmark smoke test's from that session's CI run, the schedules' after its
-# cheaper `maintain`; the driver run's twin test, new in session 37, on this slower machine). The
+# cheaper `maintain`; the driver run's twin test, new in session 37, on this slower machine, and
+# in session 38 with the id-mode replay test of commands/test_sessions.py). The
 # test command distributes whole files to two processes in collection order
 # (`--dist loadfile --no-loadscope-reorder`, scripts/dev.sh): the longest go first, so the short
 # ones fill in at the end and neither process waits long for the other (pytest-xdist's own
@@ -125,7 +126,7 @@ SLOW_FILES = {
     "test_fault_matrix.py": 700,
     "commands/test_time_based.py": 460,
     "sessions/test_equivalence.py": 430,
-    "sessions/test_driver_run.py": 140,
+    "sessions/test_driver_run.py": 200,
     "test_exit_statuses.py": 400,
     "test_schedules.py": 250,
     "test_browser.py": 380,
@@ -137,7 +138,7 @@ SLOW_FILES = {
     "commands/test_json_output.py": 170,
     "test_demo.py": 165,
     "time_based/test_steps.py": 155,
-    "commands/test_sessions.py": 125,
+    "commands/test_sessions.py": 280,
     "test_oracle_snowplow.py": 120,
 }
 
