@@ -110,36 +110,37 @@ def pytest_configure(config: pytest.Config) -> None:
     ensure_seed_base()
 
 
-# Seconds each of the slowest test files took in one full run on 2 cores (session 16; the fault
-# matrix's and the benchmark smoke test's scaled down for their cuts that session; the exit
-# statuses' and the schedules' moved in session 20, when the two maintenance tests became one; the
-# browser test's in session 21, when it began to run a backfill from the UI to completion; in
-# session 22 the benchmark smoke test's from that session's CI run, the schedules' after its
-# cheaper `maintain`; the driver run's twin test, new in session 37, on this slower machine, and
-# in session 38 with the id-mode replay test of commands/test_sessions.py). The
+# Seconds each of the slowest test files took in one full run on 2 cores (the fresh clone's run
+# of session 38, on this Intel Xeon machine: 2690 s in all; the benchmark smoke test's and the
+# sessions commands' scaled down for that session's cuts). The
 # test command distributes whole files to two processes in collection order
 # (`--dist loadfile --no-loadscope-reorder`, scripts/dev.sh): the longest go first, so the short
 # ones fill in at the end and neither process waits long for the other (pytest-xdist's own
 # order, by number of tests, put the long few-test files last).
 SLOW_FILES = {
-    "sessions/test_incremental.py": 830,
-    "test_fault_matrix.py": 700,
-    "commands/test_time_based.py": 460,
-    "sessions/test_equivalence.py": 430,
-    "sessions/test_driver_run.py": 200,
-    "test_exit_statuses.py": 400,
-    "test_schedules.py": 250,
-    "test_browser.py": 380,
-    "test_pipeline_recovery.py": 260,
-    "test_benchmarks_smoke.py": 450,
-    "commands/test_forget.py": 245,
-    "commands/test_refresh.py": 220,
-    "ingest/test_loader.py": 215,
-    "commands/test_json_output.py": 170,
-    "test_demo.py": 165,
-    "time_based/test_steps.py": 155,
-    "commands/test_sessions.py": 280,
-    "test_oracle_snowplow.py": 120,
+    "test_fault_matrix.py": 550,
+    "sessions/test_incremental.py": 545,
+    "sessions/test_equivalence.py": 415,
+    "test_benchmarks_smoke.py": 300,
+    "test_browser.py": 285,
+    "test_exit_statuses.py": 270,
+    "commands/test_time_based.py": 240,
+    "commands/test_refresh.py": 180,
+    "test_schedules.py": 180,
+    "time_based/test_attributes_refresh.py": 175,
+    "ingest/test_loader.py": 170,
+    "commands/test_sessions.py": 165,
+    "sessions/test_driver_run.py": 160,
+    "test_pipeline_recovery.py": 145,
+    "commands/test_forget.py": 130,
+    "sessions/test_steps.py": 125,
+    "time_based/test_steps.py": 110,
+    "sensors/test_session_models.py": 100,
+    "resources/test_engine.py": 85,
+    "test_demo.py": 70,
+    "test_oracle_snowplow.py": 70,
+    "resources/test_delta.py": 65,
+    "commands/test_json_output.py": 50,
 }
 
 
