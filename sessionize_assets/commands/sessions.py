@@ -442,7 +442,9 @@ def _replayed_or_given(
     """id mode's lifecycle memory for the recompute: when `replay`, replayed from the recorded
     session runs and compared with the stored manifest (`sessions/replay.py`); else, or when the
     records do not allow a replay, the stored manifest taken as given (the report says why)."""
-    plan = replay_plan(lake.table, stored.count(), versions=replay)
+    # The stored rows are counted only for a replay (they decide whether no recorded run is a
+    # refusal); without one, the records alone say how many runs --replay would take.
+    plan = replay_plan(lake.table, stored.count() if replay else 0, versions=replay)
     if not plan.possible:
         report.lifecycle_given = plan.refusal
         return stored
