@@ -805,12 +805,14 @@ def _driver_commit(path: str, write: Callable[[], None], attempts: int = 8) -> N
     _checkpoint_on_interval(path)
 
 
-def _matching(data: pa.Table, table: Any) -> pa.Table | None:
+def _matching(
+    data: pa.Table, table: Any, features: frozenset[str] = frozenset()
+) -> pa.Table | None:
     """`data` in the column order of the delta-rs `table`, cast to its nullability, or None when
-    the table is absent, needs a writer feature (`plain_protocol`), or its columns or their
-    types differ (a schema change, or a conversion of values, is the Spark writers' to make or
-    refuse)."""
-    if table is None or not plain_protocol(table):
+    the table is absent, needs a writer feature beyond `features` (`plain_protocol`), or its
+    columns or their types differ (a schema change, or a conversion of values, is the Spark
+    writers' to make or refuse)."""
+    if table is None or not plain_protocol(table, features):
         return None
     target = pa.schema(table.schema().to_arrow())
     if sorted(data.column_names) != sorted(target.names):
@@ -838,12 +840,23 @@ def same_types(schema: pa.Schema, other: pa.Schema) -> bool:
     )
 
 
-def plain_protocol(table: Any) -> bool:
+def plain_protocol(table: Any, features: frozenset[str] = frozenset()) -> bool:
     """True when the delta-rs `table` needs no writer feature beyond Delta's writer version 2
-    (this project's tables: deletion vectors and row tracking are off by default). A user's
-    `spark` setting can turn features on; Spark then writes the table, not the driver."""
+    (this project's tables: deletion vectors and row tracking are off by default), or only
+    table features among `features` (writer version 7). A user's `spark` setting can turn
+    features on; Spark then writes the table, not the driver."""
     protocol = table.protocol()
-    return protocol.min_writer_version <= 2 and not protocol.writer_features
+    if protocol.min_writer_version <= 2 and not protocol.writer_features:
+        return True
+    return protocol.min_writer_version == 7 and set(protocol.writer_features or ()) <= features
+
+
+# The table features an append honours without doing anything of its own: an append-only
+# table takes appends, a change data feed reads an append's rows from its added files (no
+# change files are written), and delta-rs checks column invariants on every write. `events`
+# and `filtered_events` have these three (Spark gives a table with a change data feed writer
+# version 7 and lists the legacy features it implies).
+APPEND_FEATURES = frozenset({"appendOnly", "invariants", "changeDataFeed"})
 
 
 def replace_partitions_from_driver(
@@ -867,10 +880,10 @@ def replace_partitions_from_driver(
 
 def driver_can_append(path: str) -> bool:
     """Whether `append_from_driver` may take the table at `path` (it exists and needs no writer
-    feature); the columns are compared when the rows are given. Lets a caller skip collecting
+    feature beyond APPEND_FEATURES); the columns are compared when the rows are given. Lets a caller skip collecting
     rows the driver would not write."""
     table = delta_table(path)
-    return table is not None and plain_protocol(table)
+    return table is not None and plain_protocol(table, APPEND_FEATURES)
 
 
 def append_from_driver(path: str, data: pa.Table, txn: Mapping[str, str] | None = None) -> bool:
@@ -883,7 +896,7 @@ def append_from_driver(path: str, data: pa.Table, txn: Mapping[str, str] | None 
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
     table = delta_table(path)
-    matching = _matching(data, table)
+    matching = _matching(data, table, APPEND_FEATURES)
     if matching is None:
         return False
     properties = None

@@ -272,16 +272,16 @@ def test_files_land_in_batches_with_one_commit_per_table(spark, home, tmp_path):
     invalid = {r["raw"].split(",")[0]: r["load_date"] for r in _invalid(spark, home).collect()}
     assert invalid == {f"bad-d{n}.csv": dt.date(2024, 3, n) for n in (1, 2, 3)}
     # Two batches (2 files + 1): two appends to each table (versions 0 and 1). Spark creates
-    # each table; the second batch's rejected rows and load log row are the driver's appends
-    # (`append_from_driver`), its events Spark's (the change feed's writer feature), and the
-    # driver's append of rejected rows records the batch's idempotent-write id.
+    # each table; the second batch's rows, rejected rows and load log row are the driver's
+    # appends (`append_from_driver`; `events`' change feed needs nothing of an append), and the
+    # driver's appends of rows and rejected rows record the batch's idempotent-write id.
     writers = {}
     for table in (EVENTS, INVALID_EVENTS, LOAD_LOG):
         commits = sorted(DeltaTable(Home(home).table(table)).history(), key=lambda h: h["version"])
         assert [h["version"] for h in commits] == [0, 1]
         writers[table] = [str(h.get("engineInfo", "")).split("/")[0].split(":")[0] for h in commits]
     assert writers == {
-        EVENTS: ["Apache-Spark"] * 2,
+        EVENTS: ["Apache-Spark", "delta-rs"],
         INVALID_EVENTS: ["Apache-Spark", "delta-rs"],
         LOAD_LOG: ["Apache-Spark", "delta-rs"],
     }
@@ -290,8 +290,9 @@ def test_files_land_in_batches_with_one_commit_per_table(spark, home, tmp_path):
     from sessionize_assets.ingest.loader import _batch_txn
 
     txn = _batch_txn([SimpleNamespace(sha256=file_sha256(files[2]))])
-    invalid_table = DeltaTable(Home(home).table(INVALID_EVENTS))
-    assert invalid_table.transaction_version(txn["txnAppId"]) == int(txn["txnVersion"])
+    for table in (EVENTS, INVALID_EVENTS):
+        written = DeltaTable(Home(home).table(table))
+        assert written.transaction_version(txn["txnAppId"]) == int(txn["txnVersion"])
     history = DeltaTable(manifest).history()
     writes = [h for h in history if h["operation"] != "CREATE TABLE"]
     assert len(writes) == 4  # lock + close per batch
@@ -306,6 +307,49 @@ def test_files_land_in_batches_with_one_commit_per_table(spark, home, tmp_path):
     }
     events_ids = {r["_source_file"]: r["_load_id"] for r in _events(spark, home).collect()}
     assert log == events_ids
+
+
+def _writers(path: str) -> list[str]:
+    from deltalake import DeltaTable
+
+    commits = sorted(DeltaTable(path).history(), key=lambda h: h["version"])
+    return [str(h.get("engineInfo", "")).split("/")[0].split(":")[0] for h in commits]
+
+
+def test_the_drivers_append_of_a_small_batch_gives_the_rows_and_types_of_sparks(
+    spark, tmp_path, monkeypatch
+):
+    """The Snowplow oracle's 135 columns in two halves, the second appended by the driver (the
+    table exists, its columns match), against Spark's load of the whole file: the same types
+    and the same rows (apart from the file each came from). A file with a column of its own is
+    then Spark's to write (mergeSchema)."""
+    from sessionize_assets.ingest import loader
+
+    rows = ORACLE.read_text().splitlines()
+    halves = [tmp_path / "first.csv", tmp_path / "second.csv"]
+    halves[0].write_text("\n".join([rows[0], *rows[1:81]]) + "\n")
+    halves[1].write_text("\n".join([rows[0], *rows[81:]]) + "\n")
+    for path in halves:
+        _load(spark, tmp_path / "driver", [path], load_tstamp_from="collector_tstamp")
+    monkeypatch.setattr(loader, "DRIVER_LOAD_ROWS", 0)
+    _load(spark, tmp_path / "spark", [ORACLE], load_tstamp_from="collector_tstamp")
+    driver, by_spark = _events(spark, tmp_path / "driver"), _events(spark, tmp_path / "spark")
+    assert driver.schema == by_spark.schema
+    assert driver.count() == 160
+
+    def rows_of(frame):
+        plain = frame.drop("_load_id", "_source_file")
+        return sorted((r.asDict() for r in plain.collect()), key=lambda r: r["event_id"])
+
+    assert rows_of(driver) == rows_of(by_spark)
+    monkeypatch.undo()
+    own = _day_file(tmp_path, "own.csv", "2024-03-02", ["x1", "x2"], extra="own")
+    _load(spark, tmp_path / "driver", [own])
+    assert _writers(Home(tmp_path / "driver").table(EVENTS)) == [
+        "Apache-Spark", "delta-rs", "Apache-Spark"
+    ]  # fmt: skip
+    assert _writers(Home(tmp_path / "spark").table(EVENTS)) == ["Apache-Spark"]
+    assert _events(spark, tmp_path / "driver").count() == 162  # own.csv rejects its third row
 
 
 def test_a_bad_file_stops_the_load_before_anything_is_written(spark, home, tmp_path):
