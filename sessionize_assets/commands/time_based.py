@@ -78,6 +78,10 @@ def _downstream_lines(report: Any, always_event_days: bool) -> list[str]:
     return out
 
 
+# What a time-based run recomputes once its load days and event days are done.
+FINISHED = ("attributes", "daily_aggregation_manifest")
+
+
 class _Runner:
     """Materializes the planner's runs (`core.planning`) on one instance, as the sensors' run
     requests would: the same assets, partitions and lane tag."""
@@ -105,6 +109,7 @@ class _Runner:
             "spark": SparkDeltaResource(spark_config=dict(self.settings.spark)),
         }
         self.run_ids: list[str] = []
+        self.selections: list[str] = []  # the assets of every run, in order
         self.tags = dict(tags or {})
         # A refresh: each step's days in one run (not backfill_limit_days per run), so each table
         # changes in one commit and readers see the old table until then.
@@ -138,6 +143,7 @@ class _Runner:
             run_config=run_config,
         )
         self.run_ids.append(result.run_id)
+        self.selections.extend(selection)
         return result.run_id
 
     def load_days(self, days: Sequence[dt.date], refilter: set[dt.date]) -> None:
@@ -145,17 +151,24 @@ class _Runner:
         for run in load_day_runs(days, refilter, self._run_days(days)):
             self.run(run.assets, run.first, run.last)
 
-    def event_days(self, days: Sequence[dt.date], all_loaded_rows: bool = False) -> None:
+    def event_days(
+        self, days: Sequence[dt.date], all_loaded_rows: bool = False, finish: bool = False
+    ) -> None:
         """daily_aggregates of `days`. A whole run also recomputes the event days between them,
-        which are not outstanding: from the same rows and horizons, to the same rows."""
+        which are not outstanding: from the same rows and horizons, to the same rows.
+        `finish`: the last of these runs also materializes what `finish` does (one Dagster run
+        fewer; its assets run after daily_aggregates and its blocking check, as in a run of
+        their own after it)."""
         config = {"ops": {"daily_aggregates": {"config": {"all_loaded_rows": all_loaded_rows}}}}
         ranges = (
             [(min(days), max(days))]
             if self.whole and days
             else contiguous_ranges(days, self.settings.backfill_limit_days)
         )
-        for first, last in ranges:
-            self.run(("daily_aggregates",), first, last, run_config=config)
+        for i, (first, last) in enumerate(ranges):
+            last_run = finish and i == len(ranges) - 1
+            selection = ("daily_aggregates", *(FINISHED if last_run else ()))
+            self.run(selection, first, last, run_config=config)
 
     def _run_days(self, days: Sequence[dt.date]) -> int:
         """At most this many partitions per run."""
@@ -164,17 +177,22 @@ class _Runner:
         return self.settings.backfill_limit_days
 
     def finish(self) -> None:
-        self.run(("attributes", "daily_aggregation_manifest"))
+        self.run(FINISHED)
 
 
 def _tables(lake: LakeResource) -> TimeBasedTables:
     return TimeBasedTables.at(lake.table)
 
 
-def _aggregate_outstanding(runner: _Runner, today: dt.date) -> tuple[list[dt.date], list[dt.date]]:
-    """Materialize every outstanding event day that is a partition; (done, waiting)."""
-    ready, waiting = ready_event_days(read_state(_tables(runner.lake)).outstanding(), today)
-    runner.event_days(ready)
+def _aggregate_outstanding(
+    runner: _Runner, today: dt.date, finish: bool = False
+) -> tuple[list[dt.date], list[dt.date]]:
+    """Materialize every outstanding event day that is a partition; (done, waiting).
+    `finish`: attributes and daily_aggregation_manifest with the last of them, when
+    daily_aggregates exists already (then `finish_due` holds after any event day's run)."""
+    state = read_state(_tables(runner.lake))
+    ready, waiting = ready_event_days(state.outstanding(), today)
+    runner.event_days(ready, finish=finish and state.daily_aggregates_version is not None)
     return ready, waiting
 
 
@@ -263,14 +281,17 @@ def run_time_based(
     runner.load_days(plan.load_days, set(state.pending_filtered()))
     report.load_days = list(plan.load_days)
     report.reached = _redo_reached(runner, plan.load_days, left_for_later, last_started_day(now))
-    report.event_days, report.waiting = _aggregate_outstanding(runner, now.date())
+    before = len(runner.selections)
+    report.event_days, report.waiting = _aggregate_outstanding(runner, now.date(), finish=True)
+    finished = FINISHED[0] in runner.selections[before:]
     state = read_state(_tables(lake))
     changed = bool(report.load_days or report.event_days)
-    if finish_due(
+    if not finished and finish_due(
         state.daily_aggregates_version is not None, changed, state.attributes_stale(now.date())
     ):
         runner.finish()
-        report.attributes = True
+        finished = True
+    report.attributes = finished
     report.run_ids = runner.run_ids
     return report
 

@@ -860,20 +860,33 @@ APPEND_FEATURES = frozenset({"appendOnly", "invariants", "changeDataFeed"})
 
 
 def replace_partitions_from_driver(
-    path: str, data: pa.Table, column: str, days: Iterable[dt.date]
+    path: str,
+    data: pa.Table,
+    column: str,
+    days: Iterable[dt.date],
+    features: frozenset[str] = frozenset(),
+    page_rows: int | None = None,
 ) -> bool:
     """`replace_partitions` through delta-rs: replace exactly the rows of `days` with `data`
     (an overwrite whose predicate names the days; delta-rs refuses rows outside it). Returns
-    False without writing when the table is absent or its columns differ from `data`'s, for
-    the caller's Spark write."""
-    from deltalake import write_deltalake
+    False without writing when the table is absent, needs a writer feature beyond `features`
+    (APPEND_FEATURES: a partition column's predicate removes whole files, and a change feed
+    reads their rows as deleted and the added files' as inserted, as it does of Spark's
+    `replaceWhere`), is append-only, or its columns differ from `data`'s, for the caller's
+    Spark write. `page_rows`: at most this many rows per Parquet page."""
+    from deltalake import WriterProperties, write_deltalake
 
-    matching = _matching(data, delta_table(path))
-    if matching is None:
+    table = delta_table(path)
+    matching = _matching(data, table, features)
+    if matching is None or table.metadata().configuration.get("delta.appendOnly") == "true":
         return False
     predicate = days_predicate(column, days)
+    properties = WriterProperties(data_page_row_count_limit=page_rows) if page_rows else None
     _driver_commit(
-        path, lambda: write_deltalake(path, matching, mode="overwrite", predicate=predicate)
+        path,
+        lambda: write_deltalake(
+            path, matching, mode="overwrite", predicate=predicate, writer_properties=properties
+        ),
     )
     return True
 

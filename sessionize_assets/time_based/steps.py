@@ -44,6 +44,7 @@ from sessionize_assets.core.sessionize import user_key
 from sessionize_assets.ingest.load_days import EMPTY_FINGERPRINT
 from sessionize_assets.resources import shared_reads
 from sessionize_assets.resources.delta import (
+    APPEND_FEATURES,
     DRIVER_WRITE_ROWS,
     add_actions,
     data_skipping_when_it_pays,
@@ -347,6 +348,31 @@ def _decisions_on_driver(
         return None
 
 
+# At most this many kept rows of a run's load days are written to filtered_events by the driver.
+DRIVER_FILTERED_ROWS = 50_000
+
+
+def _replaced_by_driver(
+    path: str, kept: DataFrame, kept_n: int, days: list[dt.date], rows_per_file: int
+) -> bool:
+    """Few kept rows into an existing filtered_events: fetched in their clustered order (one
+    Spark job) and written by delta-rs (`replace_partitions_from_driver`), in pages of the
+    layout's rows. A Spark write of 5,000 rows took 2.2 s of a warmed run (docs/benchmarks.md,
+    "Session 39"). Only rows Spark would write in one task (at most `rows_per_file`): then
+    both write one file per (load day, event day), sorted by user and time. False, writing
+    nothing, when there are more, or the table is absent or refuses the driver."""
+    if kept_n > min(DRIVER_FILTERED_ROWS, rows_per_file):
+        return False
+    table = delta_table(path)
+    if table is None or not plain_protocol(table, APPEND_FEATURES):
+        return False
+    page_rows = int(filtering.PARQUET_LAYOUT["parquet.page.row.count.limit"])
+    data = fetch_arrow(kept)[0]
+    return replace_partitions_from_driver(
+        path, data, LOAD_DATE, days, APPEND_FEATURES, page_rows=page_rows
+    )
+
+
 def _filter_and_write(
     spark: SparkSession,
     tables: TimeBasedTables,
@@ -402,16 +428,21 @@ def _filter_and_write(
         settings.filtered_events_rows_per_file,
     )
     # --- the processing-manifest lock wraps from here (see `guarded`)
-    replace_partitions(
-        spark,
-        kept,
-        tables.filtered_events,
-        LOAD_DATE,
-        days,
-        [LOAD_DATE, EVENT_DATE],
-        properties={"delta.enableChangeDataFeed": "true"},
-        parquet=filtering.PARQUET_LAYOUT,
-    )
+    rows_per_file = settings.filtered_events_rows_per_file
+    if _replaced_by_driver(tables.filtered_events, kept, kept_n, days, rows_per_file):
+        result.metadata["filtered_events written by"] = "the driver (delta-rs)"
+    else:
+        result.metadata["filtered_events written by"] = "Spark"
+        replace_partitions(
+            spark,
+            kept,
+            tables.filtered_events,
+            LOAD_DATE,
+            days,
+            [LOAD_DATE, EVENT_DATE],
+            properties={"delta.enableChangeDataFeed": "true"},
+            parquet=filtering.PARQUET_LAYOUT,
+        )
 
     per_day: dict[dt.date, dict[str, int]] = defaultdict(dict)
     max_loaded: dict[dt.date, dt.datetime] = {}

@@ -143,6 +143,15 @@ def test_the_command_lines_runs_execute_the_checks_and_the_accounting_check_bloc
     accounting = check_evaluations(instance, "daily_aggregates", "accounting_invariant")
     assert accounting and all(e.passed for e in accounting)
 
+    # With daily_aggregates in place, a late row's event day and the attributes it changes are
+    # one Dagster run: the load day's, then daily_aggregates + attributes + the manifest.
+    append_events(spark, lake, [event("late0", "2024-03-05T09:00:00", user="u2")])
+    late = run_time_based(lake, spark, instance)
+    assert late.load_days == [day(5)] and late.event_days and late.attributes
+    assert len(late.run_ids) == 2
+    for name in ("daily_aggregates", "attributes", "daily_aggregation_manifest"):
+        assert instance.get_latest_materialization_event(AssetKey(name)).run_id == late.run_ids[1]
+
     # A planted difference on an aggregated event day: the next daily_aggregates run's blocking
     # check fails the run (and names the day) instead of letting attributes read on.
     spark.sql(
@@ -150,8 +159,14 @@ def test_the_command_lines_runs_execute_the_checks_and_the_accounting_check_bloc
         "WHERE event_date = DATE'2024-03-02'"
     )
     append_events(spark, lake, [event("late", "2024-03-05T10:00:00", user="u1")])
+    attributes_before = instance.get_latest_materialization_event(AssetKey("attributes")).run_id
     with pytest.raises(Exception, match="accounting_invariant"):
         run_time_based(lake, spark, instance)
+    # The failed check stopped its run before attributes (in the same run now) read on.
+    assert (
+        instance.get_latest_materialization_event(AssetKey("attributes")).run_id
+        == attributes_before
+    )
     latest = check_evaluations(instance, "filtered_events", "no_duplicate_event_ids")[-1]
     assert latest.metadata["checked"].value == "load days 2024-03-05..2024-03-05"  # one partition
     failed = check_evaluations(instance, "daily_aggregates", "accounting_invariant")[-1]
@@ -268,6 +283,7 @@ def test_accounting_invariant_and_full_recompute_after_random_histories(
         monkeypatch.setattr(time_based_steps, "DRIVER_WRITE_ROWS", -1)
         monkeypatch.setattr(delta, "DRIVER_WRITE_ROWS", -1)
         monkeypatch.setattr(delta, "LOCAL_READ_ROWS", -1)
+        monkeypatch.setattr(time_based_steps, "DRIVER_FILTERED_ROWS", -1)
     limits = (
         {"min_rows_to_process": 1, "reprocess_days": 3}
         if strict
@@ -398,6 +414,8 @@ def test_accounting_invariant_and_full_recompute_after_random_histories(
 
     reader = "Spark" if on_spark else "the driver (delta-rs)"
     assert readers("filtered_events", "events read by") == {reader}
+    # filtered_events' first write creates it (Spark); the later ones are the reader's.
+    assert readers("filtered_events", "filtered_events written by") == {"Spark", reader}
     assert readers("daily_aggregates", "event days read by") == (
         set() if aggregated is None else {reader}
     )

@@ -605,8 +605,13 @@ def test_the_drivers_deduplication_marks_the_rows_spark_marks(spark, tmp_path, m
     look-back keys, `decisions_needed` decides) against Spark's marking (forced), on random
     copies across load days 03-01..03-08 with a look-back of 2, processed as non-contiguous sets
     of load days and then the rest: the same rows kept, the same accounting, the same later load
-    days reached, after every step."""
+    days reached, after every step. The writes too: the first creates the table (Spark), the
+    later ones are the driver's (few rows, `_replaced_by_driver`) in one home and Spark's
+    (forced) in the other; the tables are equal column for column, and so are their change
+    feeds (a redo's whole-file removes read as deletes), version for version."""
     import random
+
+    from deltalake import DeltaTable
 
     from sessionize_assets.resources import delta
     from sessionize_assets.time_based import steps
@@ -632,6 +637,7 @@ def test_the_drivers_deduplication_marks_the_rows_spark_marks(spark, tmp_path, m
         tables = tables_of(lake)
         if reader == "Spark":
             monkeypatch.setattr(delta, "LOCAL_READ_ROWS", -1)
+            monkeypatch.setattr(steps, "DRIVER_FILTERED_ROWS", -1)
         seen = []
         for days in (
             [day(3), day(6)],
@@ -639,21 +645,38 @@ def test_the_drivers_deduplication_marks_the_rows_spark_marks(spark, tmp_path, m
             [day(1), day(2), day(4), day(5), day(7)],
             [day(4)],
         ):
+            first = not Path(tables.filtered_events).exists()
             result = steps.filtered_events_step(spark, tables, lake.settings, days, now)
             assert result.metadata["events read by"] == reader
+            writer = "Spark" if first else reader
+            assert result.metadata["filtered_events written by"] == writer
             kept = sorted(
-                (r.event_id, r.load_date, r._row_hash)
-                for r in read(spark, lake, "filtered_events").collect()
+                (
+                    tuple(sorted(r.asDict().items()))
+                    for r in read(spark, lake, "filtered_events").collect()
+                ),
+                key=repr,
             )
             seen.append((kept, result.facts["accounting"], result.facts["reached"]))
             files.setdefault(reader, []).append(result.metadata["events files read"])
-        got[reader] = seen
+        feed = pa.table(DeltaTable(tables.filtered_events).load_cdf(starting_version=0).read_all())
+        changes = sorted(
+            zip(
+                *(
+                    feed.column(c).to_pylist()
+                    for c in ("_commit_version", "_change_type", "event_id", "_row_hash")
+                ),
+                strict=True,
+            )
+        )
+        got[reader] = [*seen, changes]
         monkeypatch.undo()
     assert got["the driver (delta-rs)"] == got["Spark"]
+    assert {change for _, change, _, _ in got["Spark"][-1]} == {"insert", "delete"}
     # The files each read: 03-03 and 03-06 with their look-back days (03-01..06) on the driver,
     # the whole window 03-01..08 with Spark.
     assert files["the driver (delta-rs)"][0] == 6 and files["Spark"][0] == 8
-    duplicates = [a["dropped_duplicate"] for _, acc, _ in got["Spark"] for a in acc.values()]
+    duplicates = [a["dropped_duplicate"] for _, acc, _ in got["Spark"][:-1] for a in acc.values()]
     assert sum(duplicates) > 20
     # Load days 03-01/02 processed after 03-03 reach it through copies (the look-back of 2).
     assert got["Spark"][2][2]
