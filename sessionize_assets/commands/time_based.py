@@ -110,6 +110,7 @@ class _Runner:
         }
         self.run_ids: list[str] = []
         self.selections: list[str] = []  # the assets of every run, in order
+        self._state: tuple[int, TimeBasedState] | None = None
         self.tags = dict(tags or {})
         # A refresh: each step's days in one run (not backfill_limit_days per run), so each table
         # changes in one commit and readers see the old table until then.
@@ -145,6 +146,14 @@ class _Runner:
         self.run_ids.append(result.run_id)
         self.selections.extend(selection)
         return result.run_id
+
+    def state(self) -> TimeBasedState:
+        """The branch's state (`read_state`), read again only after a run of this runner: a
+        `run` with nothing to do reads it once, not once per planning step (the no-op run's
+        three reads of its tables were about a second)."""
+        if self._state is None or self._state[0] != len(self.run_ids):
+            self._state = (len(self.run_ids), read_state(_tables(self.lake)))
+        return self._state[1]
 
     def load_days(self, days: Sequence[dt.date], refilter: set[dt.date]) -> None:
         """The load days' runs (`planning.load_day_runs`), ascending."""
@@ -190,7 +199,7 @@ def _aggregate_outstanding(
     """Materialize every outstanding event day that is a partition; (done, waiting).
     `finish`: attributes and daily_aggregation_manifest with the last of them, when
     daily_aggregates exists already (then `finish_due` holds after any event day's run)."""
-    state = read_state(_tables(runner.lake))
+    state = runner.state()
     ready, waiting = ready_event_days(state.outstanding(), today)
     runner.event_days(ready, finish=finish and state.daily_aggregates_version is not None)
     return ready, waiting
@@ -208,7 +217,7 @@ def _redo_reached(
     read: list[TimeBasedState] = []  # the state each round read, which its redo uses too
 
     def pending_now() -> list[dt.date]:
-        read[:] = [read_state(_tables(runner.lake))]
+        read[:] = [runner.state()]
         return read[0].pending_load_days(settings.start_date)
 
     def redo(days: list[dt.date]) -> None:
@@ -270,7 +279,7 @@ def run_time_based(
     settings, now = lake.settings, lake.current_time()
     definitions.refuse_changed(_tables(lake).definitions, settings)
     runner = _Runner(lake, instance, start_spark=start_spark)
-    state = read_state(_tables(lake))
+    state = runner.state()
     pending = state.pending_load_days(settings.start_date)
     plan, _ = next_load_days(
         state.load_window(settings, now), pending, settings.backfill_limit_days, now
@@ -284,7 +293,7 @@ def run_time_based(
     before = len(runner.selections)
     report.event_days, report.waiting = _aggregate_outstanding(runner, now.date(), finish=True)
     finished = FINISHED[0] in runner.selections[before:]
-    state = read_state(_tables(lake))
+    state = runner.state()
     changed = bool(report.load_days or report.event_days)
     if not finished and finish_due(
         state.daily_aggregates_version is not None, changed, state.attributes_stale(now.date())
