@@ -86,16 +86,18 @@ def test_maintenance_keeps_what_is_still_read_then_compacts_and_vacuums_a_home(
     assert main(["--home", str(home), "maintain"]) == 0
     assert at(latest) == held
     assert inserted.count() == inserted_before
-    # Load day 3 lands as two files (two loads' worth of files in one load day, which a
-    # compaction merges), and the next run consumes it.
+    # Load day 3 lands as two files (two loads' files in one load day, which a compaction
+    # merges), and the next run consumes it.
     (landing,) = (two_days[1] / f"load_date={TWO_DAYS_START + dt.timedelta(days=2)}").iterdir()
     header, *lines = landing.read_text().splitlines(keepends=True)
     halves = tmp_path / "landing"
     halves.mkdir()
     for n, part in enumerate((lines[: len(lines) // 2], lines[len(lines) // 2 :])):
         (halves / f"part{n}{landing.suffix}").write_text(header + "".join(part))
-    load = [str(halves), "--load-tstamp-from", "load_tstamp"]
-    assert main(["--home", str(home), *cli_now(4), "load", *load]) == 0
+    # Two loads: the driver appends a small batch as one file per load day.
+    for n in range(2):
+        load = [str(halves / f"part{n}{landing.suffix}"), "--load-tstamp-from", "load_tstamp"]
+        assert main(["--home", str(home), *cli_now(4), "load", *load]) == 0
     assert main(["--home", str(home), *cli_now(4), "run"]) == 0
 
     # 3. The maintenance job, no retention.
