@@ -893,8 +893,8 @@ def replace_partitions_from_driver(
 
 def driver_can_append(path: str) -> bool:
     """Whether `append_from_driver` may take the table at `path` (it exists and needs no writer
-    feature beyond APPEND_FEATURES); the columns are compared when the rows are given. Lets a caller skip collecting
-    rows the driver would not write."""
+    feature beyond APPEND_FEATURES); the columns are compared when the rows are given. Lets a
+    caller skip collecting rows the driver would not write."""
     table = delta_table(path)
     return table is not None and plain_protocol(table, APPEND_FEATURES)
 
