@@ -109,7 +109,6 @@ class _Runner:
             "spark": SparkDeltaResource(spark_config=dict(self.settings.spark)),
         }
         self.run_ids: list[str] = []
-        self.selections: list[str] = []  # the assets of every run, in order
         self._state: tuple[int, TimeBasedState] | None = None
         self.tags = dict(tags or {})
         # A refresh: each step's days in one run (not backfill_limit_days per run), so each table
@@ -144,7 +143,6 @@ class _Runner:
             run_config=run_config,
         )
         self.run_ids.append(result.run_id)
-        self.selections.extend(selection)
         return result.run_id
 
     def state(self) -> TimeBasedState:
@@ -162,12 +160,12 @@ class _Runner:
 
     def event_days(
         self, days: Sequence[dt.date], all_loaded_rows: bool = False, finish: bool = False
-    ) -> None:
+    ) -> bool:
         """daily_aggregates of `days`. A whole run also recomputes the event days between them,
         which are not outstanding: from the same rows and horizons, to the same rows.
         `finish`: the last of these runs also materializes what `finish` does (one Dagster run
         fewer; its assets run after daily_aggregates and its blocking check, as in a run of
-        their own after it)."""
+        their own after it). True when it did (there was a run to add them to)."""
         config = {"ops": {"daily_aggregates": {"config": {"all_loaded_rows": all_loaded_rows}}}}
         ranges = (
             [(min(days), max(days))]
@@ -178,6 +176,7 @@ class _Runner:
             last_run = finish and i == len(ranges) - 1
             selection = ("daily_aggregates", *(FINISHED if last_run else ()))
             self.run(selection, first, last, run_config=config)
+        return finish and bool(ranges)
 
     def _run_days(self, days: Sequence[dt.date]) -> int:
         """At most this many partitions per run."""
@@ -195,14 +194,17 @@ def _tables(lake: LakeResource) -> TimeBasedTables:
 
 def _aggregate_outstanding(
     runner: _Runner, today: dt.date, finish: bool = False
-) -> tuple[list[dt.date], list[dt.date]]:
-    """Materialize every outstanding event day that is a partition; (done, waiting).
+) -> tuple[list[dt.date], list[dt.date], bool]:
+    """Materialize every outstanding event day that is a partition; (done, waiting, finished).
     `finish`: attributes and daily_aggregation_manifest with the last of them, when
-    daily_aggregates exists already (then `finish_due` holds after any event day's run)."""
+    daily_aggregates exists already (then `finish_due` holds after any event day's run);
+    `finished` says whether they ran."""
     state = runner.state()
     ready, waiting = ready_event_days(state.outstanding(), today)
-    runner.event_days(ready, finish=finish and state.daily_aggregates_version is not None)
-    return ready, waiting
+    finished = runner.event_days(
+        ready, finish=finish and state.daily_aggregates_version is not None
+    )
+    return ready, waiting, finished
 
 
 def _redo_reached(
@@ -290,9 +292,9 @@ def run_time_based(
     runner.load_days(plan.load_days, set(state.pending_filtered()))
     report.load_days = list(plan.load_days)
     report.reached = _redo_reached(runner, plan.load_days, left_for_later, last_started_day(now))
-    before = len(runner.selections)
-    report.event_days, report.waiting = _aggregate_outstanding(runner, now.date(), finish=True)
-    finished = FINISHED[0] in runner.selections[before:]
+    report.event_days, report.waiting, finished = _aggregate_outstanding(
+        runner, now.date(), finish=True
+    )
     state = runner.state()
     changed = bool(report.load_days or report.event_days)
     if not finished and finish_due(
@@ -394,7 +396,7 @@ def backfill_time_based(
         report.reached = _redo_reached(
             runner, [first, last], set(days_between(first, last)), now.date()
         )
-    report.event_days, report.waiting = _aggregate_outstanding(runner, now.date())
+    report.event_days, report.waiting, _ = _aggregate_outstanding(runner, now.date())
     # A backfill always recomputes attributes and the manifest once daily_aggregates exists.
     if finish_due(read_state(_tables(lake)).daily_aggregates_version is not None, True, False):
         runner.finish()
@@ -437,7 +439,7 @@ def redo_load_days_time_based(
         runner.load_days(report.load_days, set(report.load_days))
         # A day of `days` reached again by a redo between them is redone again (`redo_cascade`).
         report.reached = _redo_reached(runner, report.load_days, set(), now.date())
-    report.event_days, report.waiting = _aggregate_outstanding(runner, now.date())
+    report.event_days, report.waiting, _ = _aggregate_outstanding(runner, now.date())
     state = read_state(_tables(lake))
     if finish_due(state.daily_aggregates_version is not None, bool(report.load_days), False):
         runner.finish()

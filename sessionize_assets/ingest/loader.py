@@ -37,10 +37,11 @@ from sessionize_assets.core.trees import fold_balanced
 from sessionize_assets.errors import ItemLockedError, UserError
 from sessionize_assets.ingest.decode import decode_file
 from sessionize_assets.ingest.readers import FORMATS, read_raw
+from sessionize_assets.resources import delta
 from sessionize_assets.resources.delta import (
     DRIVER_WRITE_ROWS,
     append_from_driver,
-    driver_can_append,
+    driver_writable,
     read_small_table,
     table_exists,
 )
@@ -381,11 +382,6 @@ def landed_load_ids(
     return {r[0] for r in rows}
 
 
-# At most this many kept rows of a batch are appended to `events` by the driver (about 25 MB of
-# Arrow at the benchmark's 40 columns); a larger batch is written by Spark.
-DRIVER_LOAD_ROWS = 50_000
-
-
 def _append_events(
     spark: SparkSession, path: str, rows: DataFrame, kept_rows: int, txn: Mapping[str, str]
 ) -> None:
@@ -394,11 +390,8 @@ def _append_events(
     2.7 s of a warmed load (docs/benchmarks.md, "Session 39"). A new table, a new column or
     another type is Spark's to write (`append_from_driver` refuses it, writing nothing)."""
     rows = rows.select(*ordered_columns(rows.columns))
-    if (
-        kept_rows <= DRIVER_LOAD_ROWS
-        and driver_can_append(path)
-        and append_from_driver(path, fetch_arrow(rows)[0], txn)
-    ):
+    table = driver_writable(path) if kept_rows <= delta.DRIVER_FETCH_ROWS else None
+    if table is not None and append_from_driver(path, fetch_arrow(rows)[0], txn, table=table):
         return
     writer = rows.write.format("delta").mode("append").partitionBy(LOAD_DATE)
     writer = writer.option("mergeSchema", "true")
@@ -490,8 +483,10 @@ def land_batch(
         # rows costs about a second (docs/benchmarks.md, "Session 34").
         if invalid and not (
             invalid_rows <= DRIVER_WRITE_ROWS
-            and driver_can_append(tables[INVALID_EVENTS])
-            and append_from_driver(tables[INVALID_EVENTS], fetch_arrow(_union(invalid))[0], txn)
+            and (table := driver_writable(tables[INVALID_EVENTS])) is not None
+            and append_from_driver(
+                tables[INVALID_EVENTS], fetch_arrow(_union(invalid))[0], txn, table=table
+            )
         ):
             with faults.commit_of(tables[INVALID_EVENTS]):
                 _union(invalid).write.format("delta").mode("append").partitionBy(LOAD_DATE).options(

@@ -779,6 +779,11 @@ def upsert_small(path: str, rows: Sequence[Mapping[str, Any]], schema: pa.Schema
 # the Delta log's row counts, before any Spark job) write through the driver.
 DRIVER_WRITE_ROWS = 200_000
 
+# At most this many full-width rows (a load batch's kept rows, a run's filtered_events rows) are
+# fetched to the driver for a delta-rs write: about 25 MB of Arrow at the benchmark's 40 columns.
+# More are written by Spark.
+DRIVER_FETCH_ROWS = 50_000
+
 
 # Spark's Delta checkpoints a table every 10 commits, delta-rs every 100 by default: the data
 # tables the driver now commits to keep Spark's rhythm, so reading their log stays short.
@@ -866,6 +871,7 @@ def replace_partitions_from_driver(
     days: Iterable[dt.date],
     features: frozenset[str] = frozenset(),
     page_rows: int | None = None,
+    table: Any | None = None,
 ) -> bool:
     """`replace_partitions` through delta-rs: replace exactly the rows of `days` with `data`
     (an overwrite whose predicate names the days; delta-rs refuses rows outside it). Returns
@@ -873,10 +879,11 @@ def replace_partitions_from_driver(
     (APPEND_FEATURES: a partition column's predicate removes whole files, and a change feed
     reads their rows as deleted and the added files' as inserted, as it does of Spark's
     `replaceWhere`), is append-only, or its columns differ from `data`'s, for the caller's
-    Spark write. `page_rows`: at most this many rows per Parquet page."""
+    Spark write. `page_rows`: at most this many rows per Parquet page. `table`: the delta-rs
+    table already opened at `path` (`driver_writable`), so its log is read once."""
     from deltalake import WriterProperties, write_deltalake
 
-    table = delta_table(path)
+    table = delta_table(path) if table is None else table
     matching = _matching(data, table, features)
     if matching is None or table.metadata().configuration.get("delta.appendOnly") == "true":
         return False
@@ -891,24 +898,31 @@ def replace_partitions_from_driver(
     return True
 
 
-def driver_can_append(path: str) -> bool:
-    """Whether `append_from_driver` may take the table at `path` (it exists and needs no writer
-    feature beyond APPEND_FEATURES); the columns are compared when the rows are given. Lets a
-    caller skip collecting rows the driver would not write."""
+def driver_writable(path: str, features: frozenset[str] = APPEND_FEATURES) -> Any | None:
+    """The delta-rs table at `path` when the driver may write it (it exists and needs no writer
+    feature beyond `features`), else None; the columns are compared when the rows are given.
+    Lets a caller skip collecting rows the driver would not write, and hand the open table to
+    the write (`append_from_driver`, `replace_partitions_from_driver`: one read of the log)."""
     table = delta_table(path)
-    return table is not None and plain_protocol(table, APPEND_FEATURES)
+    return table if table is not None and plain_protocol(table, features) else None
 
 
-def append_from_driver(path: str, data: pa.Table, txn: Mapping[str, str] | None = None) -> bool:
+def append_from_driver(
+    path: str,
+    data: pa.Table,
+    txn: Mapping[str, str] | None = None,
+    table: Any | None = None,
+) -> bool:
     """An append of `data` through delta-rs (partitioned as the table is). `txn`: Spark's
     idempotent-write options (`txnAppId`, `txnVersion`), recorded in the commit as a Delta app
     transaction (without Spark's `lastUpdated`); an append whose application already committed
     that version is not written again, as Spark skips it (checked before every attempt).
     Returns False without writing when the table is absent or its columns differ from `data`'s,
-    for the caller's Spark write."""
+    for the caller's Spark write. `table`: the delta-rs table already opened at `path`
+    (`driver_writable`)."""
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-    table = delta_table(path)
+    table = delta_table(path) if table is None else table
     matching = _matching(data, table, APPEND_FEATURES)
     if matching is None:
         return False

@@ -42,7 +42,7 @@ from sessionize_assets.core.lateness import lateness_markdown, load_day_metadata
 from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE
 from sessionize_assets.core.sessionize import user_key
 from sessionize_assets.ingest.load_days import EMPTY_FINGERPRINT
-from sessionize_assets.resources import shared_reads
+from sessionize_assets.resources import delta, shared_reads
 from sessionize_assets.resources.delta import (
     APPEND_FEATURES,
     DRIVER_WRITE_ROWS,
@@ -51,6 +51,7 @@ from sessionize_assets.resources.delta import (
     delta_table,
     delta_version,
     distinct_values,
+    driver_writable,
     exists,
     live_rows,
     local_arrow,
@@ -348,10 +349,6 @@ def _decisions_on_driver(
         return None
 
 
-# At most this many kept rows of a run's load days are written to filtered_events by the driver.
-DRIVER_FILTERED_ROWS = 50_000
-
-
 def _replaced_by_driver(
     path: str, kept: DataFrame, kept_n: int, days: list[dt.date], rows_per_file: int
 ) -> bool:
@@ -360,16 +357,17 @@ def _replaced_by_driver(
     layout's rows. A Spark write of 5,000 rows took 2.2 s of a warmed run (docs/benchmarks.md,
     "Session 39"). Only rows Spark would write in one task (at most `rows_per_file`): then
     both write one file per (load day, event day), sorted by user and time. False, writing
-    nothing, when there are more, or the table is absent or refuses the driver."""
-    if kept_n > min(DRIVER_FILTERED_ROWS, rows_per_file):
+    nothing, when there are more (or more than `delta.DRIVER_FETCH_ROWS`), or the table is
+    absent or refuses the driver."""
+    if kept_n > min(delta.DRIVER_FETCH_ROWS, rows_per_file):
         return False
-    table = delta_table(path)
-    if table is None or not plain_protocol(table, APPEND_FEATURES):
+    table = driver_writable(path)
+    if table is None:
         return False
     page_rows = int(filtering.PARQUET_LAYOUT["parquet.page.row.count.limit"])
     data = fetch_arrow(kept)[0]
     return replace_partitions_from_driver(
-        path, data, LOAD_DATE, days, APPEND_FEATURES, page_rows=page_rows
+        path, data, LOAD_DATE, days, APPEND_FEATURES, page_rows=page_rows, table=table
     )
 
 

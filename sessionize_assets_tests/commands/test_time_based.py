@@ -283,7 +283,7 @@ def test_accounting_invariant_and_full_recompute_after_random_histories(
         monkeypatch.setattr(time_based_steps, "DRIVER_WRITE_ROWS", -1)
         monkeypatch.setattr(delta, "DRIVER_WRITE_ROWS", -1)
         monkeypatch.setattr(delta, "LOCAL_READ_ROWS", -1)
-        monkeypatch.setattr(time_based_steps, "DRIVER_FILTERED_ROWS", -1)
+        monkeypatch.setattr(delta, "DRIVER_FETCH_ROWS", -1)
     limits = (
         {"min_rows_to_process": 1, "reprocess_days": 3}
         if strict

@@ -275,11 +275,9 @@ def test_files_land_in_batches_with_one_commit_per_table(spark, home, tmp_path):
     # each table; the second batch's rows, rejected rows and load log row are the driver's
     # appends (`append_from_driver`; `events`' change feed needs nothing of an append), and the
     # driver's appends of rows and rejected rows record the batch's idempotent-write id.
-    writers = {}
-    for table in (EVENTS, INVALID_EVENTS, LOAD_LOG):
-        commits = sorted(DeltaTable(Home(home).table(table)).history(), key=lambda h: h["version"])
-        assert [h["version"] for h in commits] == [0, 1]
-        writers[table] = [str(h.get("engineInfo", "")).split("/")[0].split(":")[0] for h in commits]
+    writers = {
+        table: _writers(Home(home).table(table)) for table in (EVENTS, INVALID_EVENTS, LOAD_LOG)
+    }
     assert writers == {
         EVENTS: ["Apache-Spark", "delta-rs"],
         INVALID_EVENTS: ["Apache-Spark", "delta-rs"],
@@ -323,7 +321,7 @@ def test_the_drivers_append_of_a_small_batch_gives_the_rows_and_types_of_sparks(
     table exists, its columns match), against Spark's load of the whole file: the same types
     and the same rows (apart from the file each came from). A file with a column of its own is
     then Spark's to write (mergeSchema)."""
-    from sessionize_assets.ingest import loader
+    from sessionize_assets.resources import delta
 
     rows = ORACLE.read_text().splitlines()
     halves = [tmp_path / "first.csv", tmp_path / "second.csv"]
@@ -331,7 +329,7 @@ def test_the_drivers_append_of_a_small_batch_gives_the_rows_and_types_of_sparks(
     halves[1].write_text("\n".join([rows[0], *rows[81:]]) + "\n")
     for path in halves:
         _load(spark, tmp_path / "driver", [path], load_tstamp_from="collector_tstamp")
-    monkeypatch.setattr(loader, "DRIVER_LOAD_ROWS", 0)
+    monkeypatch.setattr(delta, "DRIVER_FETCH_ROWS", 0)
     _load(spark, tmp_path / "spark", [ORACLE], load_tstamp_from="collector_tstamp")
     driver, by_spark = _events(spark, tmp_path / "driver"), _events(spark, tmp_path / "spark")
     assert driver.schema == by_spark.schema

@@ -4,6 +4,7 @@ tables hold few files, where its planning job costs more than the files it could
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 from pyspark.sql import functions as F
 
 from sessionize_assets.resources import delta
@@ -593,6 +594,51 @@ def test_a_driver_append_is_the_rows_spark_would_append_once_per_transaction(
     monkeypatch.setattr(deltalake, "write_deltalake", beaten_once)
     assert append_from_driver(path, data, {"txnAppId": "racing", "txnVersion": "1"})
     assert len(attempts) == 1 and spark.read.format("delta").load(path).count() == 3
+
+
+def test_the_drivers_writes_honour_a_column_invariant_spark_set(spark, tmp_path):
+    """A table Spark created with a change data feed and a column invariant (writer version 7,
+    the features of APPEND_FEATURES) is the driver's to write (`driver_writable`), and delta-rs
+    checks the invariant: rows that break it are refused whole, by the append and by the
+    partition replace, and the table keeps its rows; rows that keep it are written."""
+    import datetime as dt
+    import json
+
+    from pyspark.sql import types as T
+
+    from sessionize_assets.resources.delta import (
+        APPEND_FEATURES,
+        append_from_driver,
+        delta_table,
+        driver_writable,
+        replace_partitions_from_driver,
+    )
+
+    path = str(tmp_path / "t")
+    invariant = {"delta.invariants": json.dumps({"expression": {"expression": "n > 0"}})}
+    schema = T.StructType(
+        [
+            T.StructField("n", T.LongType(), metadata=invariant),
+            T.StructField("day", T.DateType()),
+        ]
+    )
+    day = dt.date(2024, 3, 1)
+    spark.createDataFrame([(1, day)], schema).write.format("delta").partitionBy("day").option(
+        "delta.enableChangeDataFeed", "true"
+    ).save(path)
+    table = driver_writable(path)
+    assert table is not None
+    protocol = table.protocol()
+    assert protocol.min_writer_version == 7 and "invariants" in protocol.writer_features
+    arrow_schema = pa.schema([("n", pa.int64()), ("day", pa.date32())])
+    bad = pa.table({"n": [2, -1], "day": [day, day]}, schema=arrow_schema)
+    with pytest.raises(Exception, match="validation"):
+        append_from_driver(path, bad, table=table)
+    with pytest.raises(Exception, match="validation"):
+        replace_partitions_from_driver(path, bad, "day", [day], APPEND_FEATURES)
+    assert delta_table(path).version() == 0
+    assert append_from_driver(path, bad.slice(0, 1), table=table)
+    assert sorted(r["n"] for r in spark.read.format("delta").load(path).collect()) == [1, 2]
 
 
 def test_distinct_values_of_several_columns_whatever_their_chunks():

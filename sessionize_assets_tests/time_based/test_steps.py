@@ -637,7 +637,7 @@ def test_the_drivers_deduplication_marks_the_rows_spark_marks(spark, tmp_path, m
         tables = tables_of(lake)
         if reader == "Spark":
             monkeypatch.setattr(delta, "LOCAL_READ_ROWS", -1)
-            monkeypatch.setattr(steps, "DRIVER_FILTERED_ROWS", -1)
+            monkeypatch.setattr(delta, "DRIVER_FETCH_ROWS", -1)
         seen = []
         for days in (
             [day(3), day(6)],
