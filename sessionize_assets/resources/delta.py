@@ -880,10 +880,11 @@ def replace_partitions_from_driver(
     reads their rows as deleted and the added files' as inserted, as it does of Spark's
     `replaceWhere`), is append-only, or its columns differ from `data`'s, for the caller's
     Spark write. `page_rows`: at most this many rows per Parquet page. `table`: the delta-rs
-    table already opened at `path` (`driver_writable`), so its log is read once."""
+    table already opened at `path` (`driver_writable`), so its log is read once and then only
+    the commits since (`_caught_up`)."""
     from deltalake import WriterProperties, write_deltalake
 
-    table = delta_table(path) if table is None else table
+    table = delta_table(path) if table is None else _caught_up(table)
     matching = _matching(data, table, features)
     if matching is None or table.metadata().configuration.get("delta.appendOnly") == "true":
         return False
@@ -896,6 +897,14 @@ def replace_partitions_from_driver(
         ),
     )
     return True
+
+
+def _caught_up(table: Any) -> Any:
+    """A table `driver_writable` opened, brought to the log's latest version (only the commits
+    since are read): the rows were fetched after it was opened, and a writer that changed the
+    table's protocol or columns in between must send the write back to Spark, not fail it."""
+    table.update_incremental()
+    return table
 
 
 def driver_writable(path: str, features: frozenset[str] = APPEND_FEATURES) -> Any | None:
@@ -922,7 +931,7 @@ def append_from_driver(
     (`driver_writable`)."""
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-    table = delta_table(path) if table is None else table
+    table = delta_table(path) if table is None else _caught_up(table)
     matching = _matching(data, table, APPEND_FEATURES)
     if matching is None:
         return False
