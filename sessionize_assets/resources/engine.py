@@ -236,7 +236,13 @@ def _spark_submit() -> Path:
     return Path(_find_spark_home()) / "bin" / "spark-submit"
 
 
-ENGINE_DRIVER_MEMORY = "3g"
+# The engine's heap. The throughput collector keeps every page of the heap it once touched, so
+# after a catch-up the engine holds its whole heap for good: with 3 GiB, a day of 200,000 events
+# on 30 days of history peaked at 4.6-4.7 GiB (engine and client); with 2.25 GiB at 3.8 GiB, and
+# the 6 M-event catch-up still ran in one run (docs/benchmarks.md, "Session 41"). 2 GiB ran that
+# catch-up out of heap in session 8. Larger catch-ups: `spark.driver.memory` in the `spark`
+# setting, or run limits that split them.
+ENGINE_DRIVER_MEMORY = "2304m"
 
 
 def server_conf(spark_overrides: Mapping[str, str] | None, port: int) -> dict[str, str]:
@@ -247,9 +253,7 @@ def server_conf(spark_overrides: Mapping[str, str] | None, port: int) -> dict[st
     for key in _CLIENT_ONLY:
         conf.pop(key, None)
     if "spark.driver.memory" not in (spark_overrides or {}):
-        # A long-lived server that takes whole catch-ups: 2 GiB ran out of heap sessionizing
-        # 6 M events (docs/benchmarks.md, session 8); 3 GiB keeps the JVM under 4 GiB resident.
-        conf["spark.driver.memory"] = ENGINE_DRIVER_MEMORY
+        conf["spark.driver.memory"] = ENGINE_DRIVER_MEMORY  # a whole catch-up's heap, see above
     conf.setdefault("spark.log.level", "WARN")
     conf["spark.app.name"] = f"{conf.get('spark.app.name', 'sessionize_assets')} engine"
     conf["spark.connect.grpc.binding.address"] = HOST
