@@ -644,19 +644,11 @@ def test_the_drivers_writes_honour_a_column_invariant_spark_set(spark, tmp_path)
 def test_a_column_added_after_the_driver_opened_the_table_sends_the_write_back_to_spark(
     spark, tmp_path
 ):
-    """`driver_writable` opens the table before the caller fetches its rows. When another
+    """`delta.driver_writable` opens the table before the caller fetches its rows. When another
     writer adds a column in between, the append and the partition replace compare the rows with
     the table as it is now (not as it was opened), and write nothing: the caller's Spark write
     then merges the schema."""
     import datetime as dt
-
-    from sessionize_assets.resources.delta import (
-        APPEND_FEATURES,
-        append_from_driver,
-        delta_table,
-        driver_writable,
-        replace_partitions_from_driver,
-    )
 
     path = str(tmp_path / "t")
     day = dt.date(2024, 3, 1)
@@ -667,19 +659,19 @@ def test_a_column_added_after_the_driver_opened_the_table_sends_the_write_back_t
         {"n": [2], "day": [day]}, schema=pa.schema([("n", pa.int64()), ("day", pa.date32())])
     )
     for write in (
-        lambda table: append_from_driver(path, rows, table=table),
-        lambda table: replace_partitions_from_driver(
-            path, rows, "day", [day], APPEND_FEATURES, table=table
+        lambda table: delta.append_from_driver(path, rows, table=table),
+        lambda table: delta.replace_partitions_from_driver(
+            path, rows, "day", [day], delta.APPEND_FEATURES, table=table
         ),
     ):
-        table = driver_writable(path)
+        table = delta.driver_writable(path)
         assert table is not None
-        before = delta_table(path).version()
+        before = delta.delta_table(path).version()
         spark.createDataFrame([(3, day, "x")], "n long, day date, extra string").write.format(
             "delta"
         ).mode("append").option("mergeSchema", "true").save(path)
         assert not write(table)
-        assert delta_table(path).version() == before + 1  # the other writer's commit only
+        assert delta.delta_table(path).version() == before + 1  # the other writer's commit only
     assert sorted(r["n"] for r in spark.read.format("delta").load(path).collect()) == [1, 3, 3]
 
 
