@@ -243,6 +243,7 @@ def _spark_submit() -> Path:
 # catch-up out of heap in session 8. Larger catch-ups: `spark.driver.memory` in the `spark`
 # setting, or run limits that split them.
 ENGINE_DRIVER_MEMORY = "2304m"
+MALLOC_ARENA_MAX = "2"  # unless the environment sets it
 
 
 def server_conf(spark_overrides: Mapping[str, str] | None, port: int) -> dict[str, str]:
@@ -428,6 +429,10 @@ def _spawn(
     env["SPARK_LOCAL_IP"] = HOST
     env["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = token  # not on the command line (ps shows that)
     env.setdefault("PYSPARK_PYTHON", sys.executable)
+    # Two glibc malloc arenas instead of up to 8 per core: the JVM's native allocations
+    # (compression codecs, threads) kept four 64 MiB arenas resident (docs/benchmarks.md,
+    # "Session 40"), and the engine's memory counts against the day's peak.
+    env.setdefault("MALLOC_ARENA_MAX", MALLOC_ARENA_MAX)
     path = log_file(home_dir)
     offset = path.stat().st_size if path.exists() else 0
     _note(home_dir, f"starting on {HOST}:{port}: {' '.join(command)}")
