@@ -69,6 +69,16 @@ def test_start_reports_a_running_engine_and_reuses_it(engine_home):
     assert again.reused and again.pid == info.pid and again.url == info.url
 
 
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
+def test_the_engine_runs_with_few_malloc_arenas_unless_told(engine_home):
+    """The engine's JVM runs with MALLOC_ARENA_MAX (its native memory counts against a day's
+    peak): the project's value, or the one the caller's environment already had."""
+    _, info = engine_home
+    variables = Path(f"/proc/{info.pid}/environ").read_bytes().split(b"\0")
+    want = os.environ.get("MALLOC_ARENA_MAX", engine.MALLOC_ARENA_MAX)
+    assert f"MALLOC_ARENA_MAX={want}".encode() in variables
+
+
 def _listening_addresses(port: int) -> list[str]:
     """Local addresses (hex, as /proc/net/tcp* shows them) with a socket listening on `port`."""
     found = []
