@@ -238,7 +238,7 @@ def _spark_submit() -> Path:
 
 # The engine's heap. The throughput collector keeps every page of the heap it once touched, so
 # after a catch-up the engine holds its whole heap for good: with 3 GiB, a day of 200,000 events
-# on 30 days of history peaked at 4.6-4.7 GiB (engine and client); with 2.25 GiB at 3.8 GiB, and
+# on 30 days of history peaked at 4.6-4.7 GiB (engine and client); with 2.25 GiB at 3.8-4.0 GiB, and
 # the 6 M-event catch-up still ran in one run (docs/benchmarks.md, "Session 41"). 2 GiB ran that
 # catch-up out of heap in session 8. Larger catch-ups: `spark.driver.memory` in the `spark`
 # setting, or run limits that split them.
