@@ -83,6 +83,11 @@ class Settings:
     # Session-based models that are enabled (SPEC section 6: adding one triggers state 2).
     session_models: tuple[str, ...] = ("sessions", "users")
 
+    def key_columns(self) -> tuple[str, ...]:
+        """The columns the session models read events by: the user and session identifiers and
+        the session timestamp (`events` and `filtered_events` keep file statistics on them)."""
+        return (*self.user_identifier, *self.session_identifier, self.session_timestamp)
+
     def replace(self, **changes: Any) -> Settings:
         """A copy with some settings changed, validated again."""
         return from_mapping({**to_mapping(self), **changes})

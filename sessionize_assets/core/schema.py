@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 # Timestamps parsed to UTC TimestampType on load; every other canonical column is a string.
 TIMESTAMP_COLUMNS: tuple[str, ...] = (
     "collector_tstamp",
@@ -52,3 +54,35 @@ SEGMENT_COLUMN_MAPPING: dict[str, str] = {
     "originalTimestamp": "dvce_created_tstamp",
     "event": "event_name",
 }
+
+# The columns whose Delta file statistics (per-file min, max and null count) `events` and
+# `filtered_events` keep: the identifiers and timestamps that reads skip files by (the session
+# branch's reads of a few users or a time span, delta-rs's pruned scans). Delta's default, the
+# first 32 columns, also described page URLs, referrers and other long text that no read
+# filters on: computing those statistics took about half of a 6 M-row write of filtered_events
+# (docs/benchmarks.md, "Session 42"). `event_id` is left out: random ids never skip a file.
+STATISTICS_COLUMNS: tuple[str, ...] = (
+    "app_id",
+    "platform",
+    "event_name",
+    "domain_userid",
+    "user_id",
+    "network_userid",
+    "domain_sessionid",
+    "collector_tstamp",
+    "dvce_created_tstamp",
+    "dvce_sent_tstamp",
+    "derived_tstamp",
+    "load_tstamp",
+)
+# The Delta table property naming them (Delta Lake 3.0+ and delta-rs honour it when writing).
+STATISTICS_PROPERTY = "delta.dataSkippingStatsColumns"
+
+
+def statistics_columns(available: Iterable[str], configured: Iterable[str] = ()) -> str:
+    """The value of STATISTICS_PROPERTY for a table of the `available` columns: the
+    STATISTICS_COLUMNS, then the `configured` ones (the settings' user and session identifiers
+    and session timestamp, which may name other columns), each only if the table has it."""
+    have = set(available)
+    wanted = dict.fromkeys([*STATISTICS_COLUMNS, *configured])
+    return ",".join(c for c in wanted if c in have and c not in (LOAD_DATE, EVENT_DATE))

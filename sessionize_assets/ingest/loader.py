@@ -31,7 +31,9 @@ from sessionize_assets.core.schema import (
     REQUIRED_COLUMNS,
     ROW_HASH,
     SOURCE_FILE,
+    STATISTICS_PROPERTY,
     TIMESTAMP_COLUMNS,
+    statistics_columns,
 )
 from sessionize_assets.core.trees import fold_balanced
 from sessionize_assets.errors import ItemLockedError, UserError
@@ -396,7 +398,9 @@ def _append_events(
     writer = rows.write.format("delta").mode("append").partitionBy(LOAD_DATE)
     writer = writer.option("mergeSchema", "true")
     if not table_exists(spark, path):
-        writer = writer.option("delta.enableChangeDataFeed", "true")
+        writer = writer.option("delta.enableChangeDataFeed", "true").option(
+            STATISTICS_PROPERTY, statistics_columns(rows.columns)
+        )
     with faults.commit_of(path):
         writer.options(**txn).save(path)
 

@@ -39,7 +39,12 @@ from sessionize_assets.core.late_days import (
     rows_up_to_horizon,
 )
 from sessionize_assets.core.lateness import lateness_markdown, load_day_metadata
-from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE
+from sessionize_assets.core.schema import (
+    EVENT_DATE,
+    LOAD_DATE,
+    STATISTICS_PROPERTY,
+    statistics_columns,
+)
 from sessionize_assets.core.sessionize import user_key
 from sessionize_assets.ingest.load_days import EMPTY_FINGERPRINT
 from sessionize_assets.resources import delta, shared_reads
@@ -438,7 +443,10 @@ def _filter_and_write(
             LOAD_DATE,
             days,
             [LOAD_DATE, EVENT_DATE],
-            properties={"delta.enableChangeDataFeed": "true"},
+            properties={
+                "delta.enableChangeDataFeed": "true",
+                STATISTICS_PROPERTY: statistics_columns(kept.columns, settings.key_columns()),
+            },
             parquet=filtering.PARQUET_LAYOUT,
         )
 
