@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE, ROW_HASH
+from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE, LOAD_ID, ROW_HASH, SOURCE_FILE
 
 DROP_REASON = "_drop_reason"
 DUPLICATE = "duplicate"
@@ -33,6 +33,10 @@ DROP_REASONS: tuple[str, ...] = (DUPLICATE, APP_FILTER, EVENT_FILTER, BEFORE_STA
 
 # The tie-break of deduplication within a load day: the copy loaded first wins, then ...
 DEDUPE_ORDER: tuple[str, ...] = ("load_tstamp", "collector_tstamp", "dvce_created_tstamp", ROW_HASH)
+# ... and among copies equal in all of those (the same raw text loaded at the same time), the
+# lineage decides, so that which copy is kept never depends on how the rows were read: copies
+# equal in these too are identical in every column.
+LINEAGE_ORDER: tuple[str, ...] = (SOURCE_FILE, LOAD_ID)
 # Set on the rows whose event_id needs a decision: True when an earlier load day holds it.
 SEEN_BEFORE = "_seen_before"
 
@@ -178,14 +182,40 @@ def mark_rows(
     if care is None:
         care = ids_needing_a_decision(load_day_rows, earlier_rows, dedupe_lookback_days)
     flagged = load_day_rows.join(F.broadcast(care), on=[LOAD_DATE, "event_id"], how="left")
-    order = [F.col(c).asc_nulls_last() for c in DEDUPE_ORDER if c in load_day_rows.columns]
-    rank = F.row_number().over(Window.partitionBy(LOAD_DATE, "event_id").orderBy(*order))
-    ranked = flagged.filter(F.col(SEEN_BEFORE).isNotNull()).withColumn("_copy", rank)
+    ranked = flagged.filter(F.col(SEEN_BEFORE).isNotNull()).withColumn("_copy", _copy_rank(flagged))
     single = flagged.filter(F.col(SEEN_BEFORE).isNull()).withColumn("_copy", F.lit(1))
-    df = single.unionByName(ranked).withColumn(EVENT_DATE, F.to_date("derived_tstamp"))
-    reason = F.when(
-        F.coalesce(F.col(SEEN_BEFORE), F.lit(False)) | (F.col("_copy") > 1), F.lit(DUPLICATE)
+    duplicate = F.coalesce(F.col(SEEN_BEFORE), F.lit(False)) | (F.col("_copy") > 1)
+    return _with_reasons(
+        single.unionByName(ranked),
+        duplicate,
+        load_day_rows.columns,
+        app_ids,
+        event_names,
+        start_date,
     )
+
+
+def _copy_rank(rows: DataFrame) -> Column:
+    """1 for the first copy of each (load day, event id) by DEDUPE_ORDER (nulls last), then
+    LINEAGE_ORDER."""
+    order = [
+        F.col(c).asc_nulls_last() for c in (*DEDUPE_ORDER, *LINEAGE_ORDER) if c in rows.columns
+    ]
+    return F.row_number().over(Window.partitionBy(LOAD_DATE, "event_id").orderBy(*order))
+
+
+def _with_reasons(
+    df: DataFrame,
+    duplicate: Column,
+    columns: Sequence[str],
+    app_ids: Sequence[str],
+    event_names: Sequence[str],
+    start_date: dt.date | None,
+) -> DataFrame:
+    """`columns` of `df` with `event_date` and `_drop_reason`: duplicate where `duplicate`
+    holds, else the first filter that drops the row, else null (kept)."""
+    df = df.withColumn(EVENT_DATE, F.to_date("derived_tstamp"))
+    reason = F.when(duplicate, F.lit(DUPLICATE))
     if app_ids:
         reason = reason.when(
             ~F.coalesce(F.col("app_id").isin(list(app_ids)), F.lit(False)), APP_FILTER
@@ -196,8 +226,108 @@ def mark_rows(
         )
     if start_date is not None:
         reason = reason.when(F.col(EVENT_DATE) < F.lit(start_date), BEFORE_START_DATE)
-    columns = [c for c in load_day_rows.columns if c != EVENT_DATE] + [EVENT_DATE]
+    columns = [c for c in columns if c != EVENT_DATE] + [EVENT_DATE]
     return df.withColumn(DROP_REASON, reason).select(*columns, DROP_REASON)
+
+
+# The one-read marking's columns: the copy's place in the order, the first copy's, how many rows
+# hold the first copy's place (more than one: identical rows) and the data files holding them.
+COPY = "_copy_order"
+FIRST = "_first_copy"
+FIRSTS = "_first_copies"
+FILES = "_first_files"
+FILE_PATH = "_metadata.file_path"  # a Parquet scan's file of each row (Spark's file metadata)
+
+
+def copy_order(columns: Sequence[str]) -> Column:
+    """A copy's place among the copies of its (load day, event id), as one comparable struct:
+    DEDUPE_ORDER with nulls last, then LINEAGE_ORDER (the columns of them in `columns`). Equal
+    structs mean rows of the same raw text, load time, file and load: identical rows."""
+    parts = []
+    for c in (*DEDUPE_ORDER, *LINEAGE_ORDER):
+        if c in columns:
+            parts += [F.col(c).isNull().alias(f"{c}_is_null"), F.col(c).alias(c)]
+    return F.struct(*parts)
+
+
+def first_copies(load_day_rows: DataFrame, care: DataFrame) -> DataFrame:
+    """(load_date, event_id, _first_copy, _first_copies, _first_files) for each id of `care`
+    (`ids_needing_a_decision`) not seen before: the `copy_order` of its first copy, how many rows
+    hold exactly that place (1, unless the first copy is a row loaded twice from one file) and
+    the data files holding those rows. Reads the load day rows' order columns only (and the
+    file each row is in: `load_day_rows` must be a scan of Parquet files, such as a Delta table);
+    only the rows of the ids in `care` are shuffled."""
+    decide = care.filter(~F.col(SEEN_BEFORE)).select(LOAD_DATE, "event_id")
+    narrow = load_day_rows.select(
+        LOAD_DATE,
+        "event_id",
+        copy_order(load_day_rows.columns).alias(COPY),
+        F.col(FILE_PATH).alias("_file"),
+    ).join(F.broadcast(decide), on=[LOAD_DATE, "event_id"], how="left_semi")
+    per_place = narrow.groupBy(LOAD_DATE, "event_id", COPY).agg(
+        F.count(F.lit(1)).alias("_n"), F.array_sort(F.collect_set("_file")).alias("_files")
+    )
+    first = per_place.groupBy(LOAD_DATE, "event_id").agg(
+        F.min(F.struct(COPY, "_n", "_files")).alias("_first")
+    )
+    return first.select(
+        LOAD_DATE,
+        "event_id",
+        F.col(f"_first.{COPY}").alias(FIRST),
+        F.col("_first._n").alias(FIRSTS),
+        F.col("_first._files").alias(FILES),
+    )
+
+
+def identical_first_copies(first: DataFrame) -> list[tuple[dt.date, list[str]]]:
+    """(load day, data files) of each id of `first` (`first_copies`) whose first copy is
+    several identical rows (one Spark job; a handful of ids, if any)."""
+    rows = first.filter(F.col(FIRSTS) > 1).select(LOAD_DATE, FILES).collect()
+    return [(r[LOAD_DATE], list(r[FILES])) for r in rows]
+
+
+def mark_rows_read_once(
+    load_day_rows: DataFrame,
+    care: DataFrame,
+    first: DataFrame,
+    identical: Sequence[tuple[dt.date, Sequence[str]]] = (),
+    app_ids: Sequence[str] = (),
+    event_names: Sequence[str] = (),
+    start_date: dt.date | None = None,
+) -> DataFrame:
+    """`mark_rows` with the rows read once: no window over the rows that need a decision, which
+    made `mark_rows` read every row twice (once for the rows that need none, once for those that
+    do). The decisions come from `care` (`ids_needing_a_decision`) and `first` (`first_copies`,
+    computed by the caller, who collects from it the `identical` ones: (load day, data files) of
+    each id whose first copy is several identical rows).
+
+    A row is a duplicate when its id was seen before, or when it is not the first copy by
+    `copy_order`. Identical first copies cannot be told apart by any column: their rows are
+    marked instead by the window of `mark_rows`, over a read of only their load days' files
+    that hold them. `load_day_rows` must be a scan of Parquet files (Delta's), as for
+    `first_copies`."""
+    decisions = care.join(first.drop(FILES), on=[LOAD_DATE, "event_id"], how="left")
+    flagged = load_day_rows.join(F.broadcast(decisions), on=[LOAD_DATE, "event_id"], how="left")
+    place = copy_order(load_day_rows.columns)
+    tied = F.coalesce(F.col(FIRSTS) > 1, F.lit(False)) & (place == F.col(FIRST))
+    duplicate = F.coalesce(F.col(SEEN_BEFORE), F.lit(False)) | F.coalesce(
+        place != F.col(FIRST), F.lit(False)
+    )
+    rows = flagged.filter(~tied).withColumn("_duplicate", duplicate)
+    if identical:
+        days = sorted({day for day, _ in identical})
+        files = sorted({f for _, paths in identical for f in paths})
+        ties = (
+            load_day_rows.filter(F.col(LOAD_DATE).isin(days) & F.col(FILE_PATH).isin(files))
+            .join(F.broadcast(decisions), on=[LOAD_DATE, "event_id"], how="inner")
+            .filter(tied)
+        )
+        # identical rows: any one of them is the first copy
+        ties = ties.withColumn("_duplicate", _copy_rank(ties) > 1)
+        rows = rows.unionByName(ties)
+    return _with_reasons(
+        rows, F.col("_duplicate"), load_day_rows.columns, app_ids, event_names, start_date
+    )
 
 
 def kept_rows(marked: DataFrame) -> DataFrame:

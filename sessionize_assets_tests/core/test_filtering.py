@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -23,11 +24,14 @@ from sessionize_assets.core.filtering import (
     duplicate_copies,
     duplicate_event_ids,
     duplicate_event_ids_touching,
+    first_copies,
+    identical_first_copies,
     ids_needing_a_decision,
     kept_rows,
     load_days_reached,
     lookback_load_days,
     mark_rows,
+    mark_rows_read_once,
     outcome_counts,
     window_keys,
 )
@@ -467,3 +471,102 @@ def test_only_rows_whose_event_id_needs_a_decision_are_shuffled_at_full_width(sp
     rebuilt = mark_rows(both, both, 3)
     rebuilt.write.format("noop").mode("overwrite").save()
     assert [n for c, n in shuffled_rows(rebuilt) if c < width] == [len(today) + len(earlier)]
+
+
+def _one_read_marking(
+    spark: SparkSession, delta_path: str, lookback: int, **filters: Any
+) -> tuple[DataFrame, list[tuple[dt.date, list[str]]]]:
+    """The marking of a rebuild over the Delta table at `delta_path`: every load day at once,
+    rows read once (`mark_rows_read_once`)."""
+    rows = spark.read.format("delta").load(delta_path)
+    care = ids_needing_a_decision(rows, rows, lookback)
+    first = first_copies(rows, care)
+    identical = identical_first_copies(first)
+    return mark_rows_read_once(rows, care, first, identical, **filters), identical
+
+
+def _marked_multiset(marked: DataFrame) -> Counter:
+    """Every marked row, as (its columns but the lineage order ones..., outcome), counted."""
+    return Counter(
+        (r.event_id, r._row_hash, r._source_file, r._load_id, r.load_date, r[DROP_REASON] or "kept")
+        for r in marked.collect()
+    )
+
+
+def _identical_copies_history(seed: int) -> list[dict[str, Any]]:
+    """`random_history` with identical rows on top: some rows landed twice from one file (the
+    same raw text, load time, file and load), some rows again from another file, and a few
+    first copies null in the order columns."""
+    rng = random.Random(seed)
+    rows = random_history(seed, n=200)
+    extra = []
+    for r in rng.sample(rows, 30):
+        extra.append(dict(r))  # identical: the same row again
+    for r in rng.sample(rows, 15):
+        extra.append({**r, "_source_file": "other.csv", "_load_id": "other"})
+    for r in rng.sample(rows, 5):
+        nulls = {**r, "collector_tstamp": None, "dvce_created_tstamp": None}
+        extra += [nulls, dict(nulls)]
+    return rows + extra
+
+
+def test_marking_with_one_read_equals_the_window_marking_with_identical_rows(
+    spark, tmp_path
+) -> None:
+    """`mark_rows_read_once` over a Delta table of several files (identical rows in one file
+    and across files, copies in other files, null order columns) marks exactly as the window of
+    `mark_rows` does: the same rows kept and dropped with the same reasons, identical rows kept
+    once; and the kept ones are the rules' (`reference_outcomes`, ids with identical copies
+    aside)."""
+    rows = _identical_copies_history(7)
+    path = str(tmp_path / "events")
+    # several files per load day, identical rows in the same file and in different files
+    events_frame(spark, rows).repartition(2).write.format("delta").partitionBy("load_date").save(
+        path
+    )
+    stored = spark.read.format("delta").load(path)
+    expected = _marked_multiset(mark_rows(stored, stored, 2, app_ids=["web"]))
+    marked, identical = _one_read_marking(spark, path, 2, app_ids=["web"])
+    assert identical, "the history has identical first copies"
+    got = _marked_multiset(marked)
+    assert got == expected
+    # identical rows are kept once
+    kept = Counter(
+        (e, day) for (e, _h, _f, _l, day, o), n in got.items() for _ in range(n) if o == "kept"
+    )
+    assert max(kept.values()) == 1
+    # the rules in plain Python agree for the ids without identical or relabelled copies
+    plain = [
+        r for r in rows if r["_source_file"] == "test.csv" and r["collector_tstamp"] is not None
+    ]
+    clean = {e for e, n in Counter((r["event_id"], r["_row_hash"]) for r in rows).items() if n == 1}
+    plain_got = {(e, h): o for (e, h, *_, o) in got if (e, h) in clean}
+    assert plain_got == {
+        k: v for k, v in reference_outcomes(plain, 2, ["web"]).items() if k in clean
+    }
+
+
+def test_marking_with_one_read_reads_the_rows_once(spark, tmp_path) -> None:
+    """The full rows of `events` are scanned once by a write of the one-read marking (the order
+    columns once more, for the first copies), against twice by `mark_rows`' window marking."""
+    rows = random_history(5, n=300)
+    path = str(tmp_path / "events")
+    events_frame(spark, rows).write.format("delta").partitionBy("load_date").save(path)
+    marked, identical = _one_read_marking(spark, path, 2)
+    assert not identical
+    wide = [c for c in EVENTS_SCHEMA.fieldNames() if c not in ("event_id", "load_date")]
+
+    def full_scans(df: DataFrame) -> int:
+        """Scans of `events` that read its page URLs (the full rows) in writing the kept rows."""
+        kept = kept_rows(df).select(*wide, "event_date")
+        kept.collect()
+        scans = [
+            node
+            for node in executed_nodes(kept)
+            if node.getClass().getSimpleName() == "FileSourceScanExec"
+        ]
+        return sum("page_url" in node.output().toString() for node in scans)
+
+    stored = spark.read.format("delta").load(path)
+    assert full_scans(mark_rows(stored, stored, 2)) == 2
+    assert full_scans(marked) == 1
