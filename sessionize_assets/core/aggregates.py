@@ -125,8 +125,6 @@ def daily_aggregates(
     user = user_identifier(rows, user_identifier_columns)
     df = rows.withColumn(USER_IDENTIFIER, user)
     keys = [USER_IDENTIFIER, EVENT_DATE]
-    if not definitions:
-        return _daily_from_names(df, keys)
     per_name = (
         df.groupBy(*keys, F.coalesce(F.col("event_name"), F.lit("")).alias("_name"))
         .agg(F.count(F.lit(1)).alias("_rows"))
@@ -153,33 +151,6 @@ def daily_aggregates(
         "last_event_tstamp",
         per_name[EVENT_COUNTS],
         *[attribute_column(d) for d in definitions],
-    )
-
-
-def _daily_from_names(df: DataFrame, keys: Sequence[str]) -> DataFrame:
-    """The base columns without configured attributes, from one read of the rows: counted and
-    bounded per (user, day, event name) first, then combined per (user, day) from those few
-    rows. Every base column combines exactly (counts add up, min and max of mins and maxes), so
-    the rows are read and shuffled once instead of twice (an aggregation per name joined with
-    one per day: the rebuild's `daily_aggregates` read 6 M rows twice, docs/benchmarks.md,
-    "Session 42")."""
-    name = F.coalesce(F.col("event_name"), F.lit(""))
-    per_name = df.groupBy(*keys, name.alias("_name")).agg(
-        F.count(F.lit(1)).alias("_rows"),
-        # page views are the rows named page_view (a null name is never one)
-        F.count(F.when(F.col("event_name") == "page_view", F.lit(1))).alias("_page_views"),
-        F.min("derived_tstamp").alias("_first"),
-        F.max("derived_tstamp").alias("_last"),
-    )
-    return per_name.groupBy(*keys).agg(
-        # coalesced: never null, as the counts they add up (the table's columns are not nullable)
-        F.coalesce(F.sum("_rows"), F.lit(0)).cast("long").alias("total_events"),
-        F.coalesce(F.sum("_page_views"), F.lit(0)).cast("long").alias("page_views"),
-        F.min("_first").alias("first_event_tstamp"),
-        F.max("_last").alias("last_event_tstamp"),
-        F.map_from_entries(F.array_sort(F.collect_list(F.struct("_name", "_rows")))).alias(
-            EVENT_COUNTS
-        ),
     )
 
 
