@@ -308,11 +308,14 @@ def mark_rows_read_once(
     `first_copies`."""
     decisions = care.join(first.drop(FILES), on=[LOAD_DATE, "event_id"], how="left")
     flagged = load_day_rows.join(F.broadcast(decisions), on=[LOAD_DATE, "event_id"], how="left")
+    # The copy's place is built only for the rows of an id with a first copy (a few percent):
+    # a struct of the order columns for every row cost more than the second read it saves.
     place = copy_order(load_day_rows.columns)
-    tied = F.coalesce(F.col(FIRSTS) > 1, F.lit(False)) & (place == F.col(FIRST))
-    duplicate = F.coalesce(F.col(SEEN_BEFORE), F.lit(False)) | F.coalesce(
-        place != F.col(FIRST), F.lit(False)
-    )
+    decided = F.col(FIRST).isNotNull()
+    tied = F.when(decided & (F.col(FIRSTS) > 1), place == F.col(FIRST)).otherwise(F.lit(False))
+    duplicate = F.coalesce(F.col(SEEN_BEFORE), F.lit(False)) | F.when(
+        decided, place != F.col(FIRST)
+    ).otherwise(F.lit(False))
     rows = flagged.filter(~tied).withColumn("_duplicate", duplicate)
     if identical:
         days = sorted({day for day, _ in identical})
