@@ -49,7 +49,12 @@ def maintain_tables(
     # (a reader still needs the files) fails the run with the command's sentence.
     try:
         with command_lock(Path(lake.home), "maintain (Dagster run)"):
-            lines = maintain_home(lake.home_folder, spark.get_session, config.vacuum_hours)
+            lines = maintain_home(
+                lake.home_folder,
+                spark.get_session,
+                config.vacuum_hours,
+                lake.settings.key_columns(),
+            )
     except (ItemLockedError, UserError) as exc:  # one sentence in the UI, not a traceback
         raise Failure(description=str(exc)) from None
     for line in lines:

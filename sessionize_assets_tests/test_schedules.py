@@ -44,6 +44,7 @@ def test_maintenance_keeps_what_is_still_read_then_compacts_and_vacuums_a_home(
     3. the job with no retention: every table compacted (filtered_events keeps its clustered
        layout), old files deleted, `events` compacted with its consumed fingerprints carried, so
        the next run redoes nothing and `verify` is clean."""
+    from sessionize_assets.core.schema import STATISTICS_PROPERTY
     from sessionize_assets.resources.tables import FILTERED_EVENTS, INCREMENTAL_MANIFEST
 
     home = tmp_path / "home"
@@ -83,7 +84,19 @@ def test_maintenance_keeps_what_is_still_read_then_compacts_and_vacuums_a_home(
     )
     inserted_before = inserted.count()
     assert held and inserted_before > 0
+    # Tables made before their file statistics were limited: maintain sets the property.
+    for name in ("events", FILTERED_EVENTS):
+        spark.sql(
+            f"ALTER TABLE delta.`{Home(home).table(name)}` UNSET TBLPROPERTIES "
+            f"('{STATISTICS_PROPERTY}')"
+        )
+    capsys.readouterr()
     assert main(["--home", str(home), "maintain"]) == 0
+    out = capsys.readouterr().out
+    for name in ("events", FILTERED_EVENTS):
+        limited = DeltaTable(Home(home).table(name)).metadata().configuration[STATISTICS_PROPERTY]
+        assert "domain_userid" in limited and "page_url" not in limited, limited
+        assert f"file statistics limited to {limited}" in out, out
     assert at(latest) == held
     assert inserted.count() == inserted_before
     # Load day 3 lands as two files (two loads' files in one load day, which a compaction

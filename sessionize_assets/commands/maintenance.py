@@ -4,7 +4,7 @@ retention needs (VACUUM), never those a reader still needs (`core/maintenance.py
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -18,6 +18,7 @@ from sessionize_assets.core.maintenance import (
     vacuum_finds_work,
     vacuum_refusal,
 )
+from sessionize_assets.core.schema import STATISTICS_PROPERTY, statistics_columns
 from sessionize_assets.errors import UserError
 from sessionize_assets.home import Home
 from sessionize_assets.ingest.load_days import carry_consumed_fingerprints
@@ -88,15 +89,21 @@ def old_version_readers(table_path: Callable[[str], str]) -> list[OldVersionRead
 
 def maintain(ctx: CommandContext, vacuum_hours: float | None) -> list[str]:
     """`sessionize maintain`: `maintain_home` on the command's home and engine."""
-    return maintain_home(ctx.home, lambda: ctx.spark, vacuum_hours)
+    return maintain_home(ctx.home, lambda: ctx.spark, vacuum_hours, ctx.settings.key_columns())
 
 
 def maintain_home(
-    home: Home, spark_session: Callable[[], SparkSession], vacuum_hours: float | None
+    home: Home,
+    spark_session: Callable[[], SparkSession],
+    vacuum_hours: float | None,
+    key_columns: Sequence[str] = (),
 ) -> list[str]:
     """OPTIMIZE every table, then VACUUM it with `vacuum_hours` (None: no VACUUM). Refused before
     any change (and before Spark starts) when the retention would delete files a reader still
-    needs. One line per table."""
+    needs. One line per table. `events` and `filtered_events` made before their file statistics
+    were limited (STATISTICS_PROPERTY) get the property first (`key_columns`: the settings'
+    `Settings.key_columns`), so that their next writes, the compaction of `events` among them,
+    compute only those."""
     tables = delta_tables(Path(home.warehouse))
     if not tables:
         raise UserError(f"{home.warehouse} holds no tables yet: nothing to maintain.")
@@ -120,17 +127,37 @@ def maintain_home(
         # commands out and the readers were checked above.
         confs["spark.databricks.delta.retentionDurationCheck.enabled"] = "false"
     with temporary_conf(spark, confs):
-        return _maintain_tables(spark, tables, vacuum_hours, now)
+        return _maintain_tables(spark, tables, vacuum_hours, now, key_columns)
+
+
+def limit_statistics(spark: SparkSession, path: str, key_columns: Sequence[str]) -> str | None:
+    """Set STATISTICS_PROPERTY on a table that lacks it (one metadata commit, `SET
+    TBLPROPERTIES`, which changes no data); the columns set, or None when it had the property."""
+    table = delta_table(path)
+    if table is None or STATISTICS_PROPERTY in table.metadata().configuration:
+        return None
+    columns = statistics_columns(table.schema().to_arrow().names, key_columns)
+    spark.sql(
+        f"ALTER TABLE {table_ref(path)} SET TBLPROPERTIES ('{STATISTICS_PROPERTY}' = '{columns}')"
+    ).collect()
+    return columns
 
 
 def _maintain_tables(
-    spark: SparkSession, tables: list[Path], vacuum_hours: float | None, now: dt.datetime
+    spark: SparkSession,
+    tables: list[Path],
+    vacuum_hours: float | None,
+    now: dt.datetime,
+    key_columns: Sequence[str],
 ) -> list[str]:
     """OPTIMIZE and VACUUM each table where they find work (`core.maintenance`: a table whose
     partitions are one file each is compact; VACUUM deletes only unreferenced files older than the
     retention), deciding from the Delta log and the file ages without a Spark job."""
     lines = []
     for table in tables:
+        limited = None
+        if table.name in (EVENTS, FILTERED_EVENTS):
+            limited = limit_statistics(spark, str(table), key_columns)
         actions = add_actions(str(table))[1]  # the current version's files, until an OPTIMIZE
         current_before = len(actions)
         disk_before = files_on_disk(table)
@@ -169,5 +196,7 @@ def _maintain_tables(
                 spark.sql(f"VACUUM {table_ref(str(table))} RETAIN {vacuum_hours:g} HOURS").collect()
             deleted = disk_before - files_on_disk(table)
             line += f"; {deleted} unreferenced file(s) older than {vacuum_hours:g} h deleted"
+        if limited is not None:
+            line += f"; file statistics limited to {limited} (new files)"
         lines.append(line)
     return lines

@@ -20,7 +20,9 @@ DELTA_MINIMUM_HOURS = 168.0  # Delta's own retentionDurationCheck: 7 days
 
 # Commits that change no data: a change data feed reads no file of theirs (VACUUM logs two
 # commits, OPTIMIZE rewrites files with dataChange = false).
-NO_DATA_OPERATIONS = frozenset({"VACUUM START", "VACUUM END", "OPTIMIZE", "SET TBLPROPERTIES"})
+NO_DATA_OPERATIONS = frozenset(
+    {"VACUUM START", "VACUUM END", "OPTIMIZE", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES"}
+)
 
 
 def first_data_change(operations: Mapping[int, str], after: int) -> int | None:
