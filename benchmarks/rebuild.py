@@ -60,30 +60,24 @@ def rebuild(
         seconds[name] = round(time.perf_counter() - started, 3)
 
     # Nothing is cached at full width: marking reads `events`' keys once (two columns, one
-    # shuffle), the order columns of the ids that need a decision once, and the rows once for the
-    # write; the aggregates and the sessions each read the few columns of `filtered_events` they
-    # use. Caching the whole tables (before session 14) spilled gigabytes to disk at 6 M rows and
-    # made the rebuild slower.
+    # shuffle) and its rows once for the write; the aggregates and the sessions each read the few
+    # columns of `filtered_events` they use. Caching the whole tables (before session 14) spilled
+    # gigabytes to disk at 6 M rows and made the rebuild slower.
     events = spark.read.format("delta").load(table("events"))
-
-    def filtered_events() -> None:
-        # Every load day at once: same-day copies are ranked, copies of earlier load days
-        # matched within dedupe_lookback_days (the marking of filtered_events' step).
-        care = filtering.ids_needing_a_decision(events, events, settings.dedupe_lookback_days)
-        care = care.persist()
-        first = filtering.first_copies(events, care).persist()
-        marked = filtering.mark_rows_read_once(
-            events,
-            care,
-            first,
-            filtering.identical_first_copies(first),
-            settings.app_ids,
-            settings.event_names,
-            settings.start_date,
-        )
-        _overwrite(filtering.kept_rows(marked), table("filtered_events"), EVENT_DATE)
-
-    timed("filtered_events", filtered_events)
+    # Every load day at once: same-day copies are ranked, copies of earlier load days matched
+    # within dedupe_lookback_days (filtering.mark_rows over all rows).
+    marked = filtering.mark_rows(
+        events,
+        events,
+        settings.dedupe_lookback_days,
+        settings.app_ids,
+        settings.event_names,
+        settings.start_date,
+    )
+    timed(
+        "filtered_events",
+        lambda: _overwrite(filtering.kept_rows(marked), table("filtered_events"), EVENT_DATE),
+    )
     filtered = spark.read.format("delta").load(table("filtered_events"))
     daily = agg.daily_aggregates(filtered, settings.user_identifier, settings.attributes)
     timed("daily_aggregates", lambda: _overwrite(daily, table("daily_aggregates"), EVENT_DATE))

@@ -255,30 +255,15 @@ def _mark_and_write(
         def events_of() -> DataFrame:
             return events
 
-    if on_driver is None:
-        # The rows are read once per use (the counts, the write), each time in one pass: the
-        # first copy of each id that needs a decision is found from the order columns alone.
-        first = persist_compact(spark, filtering.first_copies(rows, care), level)
-        persisted.append(first)
-        marked = filtering.mark_rows_read_once(
-            rows,
-            care,
-            first,
-            filtering.identical_first_copies(first),
-            app_ids=settings.app_ids,
-            event_names=settings.event_names,
-            start_date=settings.start_date,
-        )
-    else:
-        marked = filtering.mark_rows(
-            rows,
-            earlier,
-            n,
-            app_ids=settings.app_ids,
-            event_names=settings.event_names,
-            start_date=settings.start_date,
-            care=care,
-        )
+    marked = filtering.mark_rows(
+        rows,
+        earlier,
+        n,
+        app_ids=settings.app_ids,
+        event_names=settings.event_names,
+        start_date=settings.start_date,
+        care=care,
+    )
     if few:
         marked = persist_compact(spark, marked, level)
         persisted.append(marked)

@@ -24,14 +24,11 @@ from sessionize_assets.core.filtering import (
     duplicate_copies,
     duplicate_event_ids,
     duplicate_event_ids_touching,
-    first_copies,
-    identical_first_copies,
     ids_needing_a_decision,
     kept_rows,
     load_days_reached,
     lookback_load_days,
     mark_rows,
-    mark_rows_read_once,
     outcome_counts,
     window_keys,
 )
@@ -473,18 +470,6 @@ def test_only_rows_whose_event_id_needs_a_decision_are_shuffled_at_full_width(sp
     assert [n for c, n in shuffled_rows(rebuilt) if c < width] == [len(today) + len(earlier)]
 
 
-def _one_read_marking(
-    spark: SparkSession, delta_path: str, lookback: int, **filters: Any
-) -> tuple[DataFrame, list[tuple[dt.date, list[str]]]]:
-    """The marking of a rebuild over the Delta table at `delta_path`: every load day at once,
-    rows read once (`mark_rows_read_once`)."""
-    rows = spark.read.format("delta").load(delta_path)
-    care = ids_needing_a_decision(rows, rows, lookback)
-    first = first_copies(rows, care)
-    identical = identical_first_copies(first)
-    return mark_rows_read_once(rows, care, first, identical, **filters), identical
-
-
 def _marked_multiset(marked: DataFrame) -> Counter:
     """Every marked row, as (its columns but the lineage order ones..., outcome), counted."""
     return Counter(
@@ -510,14 +495,12 @@ def _identical_copies_history(seed: int) -> list[dict[str, Any]]:
     return rows + extra
 
 
-def test_marking_with_one_read_equals_the_window_marking_with_identical_rows(
-    spark, tmp_path
-) -> None:
-    """`mark_rows_read_once` over a Delta table of several files (identical rows in one file
-    and across files, copies in other files, null order columns) marks exactly as the window of
-    `mark_rows` does: the same rows kept and dropped with the same reasons, identical rows kept
-    once; and the kept ones are the rules' (`reference_outcomes`, ids with identical copies
-    aside)."""
+def test_identical_copies_are_kept_once_and_the_lineage_breaks_ties(spark, tmp_path) -> None:
+    """`mark_rows` over a Delta table of several files, with identical rows in one file and
+    across files, copies relabelled with another file and load, and null order columns: the same
+    outcomes on every read (the lineage decides among copies equal in DEDUPE_ORDER, not the order
+    Spark reads them in), identical rows kept once, an original losing to a relabelled copy of
+    earlier lineage, and the rules in plain Python (`reference_outcomes`) agreeing for the other ids."""
     rows = _identical_copies_history(7)
     path = str(tmp_path / "events")
     # several files per load day, identical rows in the same file and in different files
@@ -525,16 +508,21 @@ def test_marking_with_one_read_equals_the_window_marking_with_identical_rows(
         path
     )
     stored = spark.read.format("delta").load(path)
-    expected = _marked_multiset(mark_rows(stored, stored, 2, app_ids=["web"]))
-    marked, identical = _one_read_marking(spark, path, 2, app_ids=["web"])
-    assert identical, "the history has identical first copies"
-    got = _marked_multiset(marked)
-    assert got == expected
+    got = _marked_multiset(mark_rows(stored, stored, 2, app_ids=["web"]))
+    shuffled = stored.repartition(3).sortWithinPartitions("_row_hash", ascending=False)
+    assert _marked_multiset(mark_rows(shuffled, shuffled, 2, app_ids=["web"])) == got
     # identical rows are kept once
     kept = Counter(
         (e, day) for (e, _h, _f, _l, day, o), n in got.items() for _ in range(n) if o == "kept"
     )
     assert max(kept.values()) == 1
+    # a copy relabelled "other.csv" is equal to its original in DEDUPE_ORDER and sorts before
+    # "test.csv" by the lineage: the original is never the one kept
+    relabelled = {(e, h, d) for (e, h, f, _l, d, _o) in got if f == "other.csv"}
+    assert relabelled
+    assert not any(
+        f == "test.csv" and o == "kept" and (e, h, d) in relabelled for (e, h, f, _l, d, o) in got
+    )
     # the rules in plain Python agree for the ids without identical or relabelled copies
     plain = [
         r for r in rows if r["_source_file"] == "test.csv" and r["collector_tstamp"] is not None
@@ -544,29 +532,3 @@ def test_marking_with_one_read_equals_the_window_marking_with_identical_rows(
     assert plain_got == {
         k: v for k, v in reference_outcomes(plain, 2, ["web"]).items() if k in clean
     }
-
-
-def test_marking_with_one_read_reads_the_rows_once(spark, tmp_path) -> None:
-    """The full rows of `events` are scanned once by a write of the one-read marking (the order
-    columns once more, for the first copies), against twice by `mark_rows`' window marking."""
-    rows = random_history(5, n=300)
-    path = str(tmp_path / "events")
-    events_frame(spark, rows).write.format("delta").partitionBy("load_date").save(path)
-    marked, identical = _one_read_marking(spark, path, 2)
-    assert not identical
-    wide = [c for c in EVENTS_SCHEMA.fieldNames() if c not in ("event_id", "load_date")]
-
-    def full_scans(df: DataFrame) -> int:
-        """Scans of `events` that read its page URLs (the full rows) in writing the kept rows."""
-        kept = kept_rows(df).select(*wide, "event_date")
-        kept.collect()
-        scans = [
-            node
-            for node in executed_nodes(kept)
-            if node.getClass().getSimpleName() == "FileSourceScanExec"
-        ]
-        return sum("page_url" in node.output().toString() for node in scans)
-
-    stored = spark.read.format("delta").load(path)
-    assert full_scans(mark_rows(stored, stored, 2)) == 2
-    assert full_scans(marked) == 1
