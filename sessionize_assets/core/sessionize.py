@@ -367,13 +367,7 @@ def sessionize_by_id(
 
 def sessionize_by_gap(events: DataFrame, settings: Settings) -> Sessionized:
     """gap mode on usable prepared events. When the events carry PART, each (user, part) is
-    sessionized on its own (incremental reads of separate ranges).
-
-    The events are shuffled once, by user: every window and aggregation below (and the numbering
-    by user after it) is partitioned by the user and more, which that shuffle satisfies. Left to
-    themselves the deduplication (by user, id and time) and the chaining (by user and part) each
-    shuffled the rows (docs/benchmarks.md, "Session 42")."""
-    events = events.repartition(USER_KEY)
+    sessionized on its own (incremental reads of separate ranges)."""
     kept, dupes = _dedupe(events, [USER_KEY, "event_id", "derived_tstamp"])
     if PART not in kept.columns:
         kept = kept.withColumn(PART, F.lit(0).cast("long"))
