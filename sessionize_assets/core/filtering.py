@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE, LOAD_ID, ROW_HASH, SOURCE_FILE
+from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE, ROW_HASH
 
 DROP_REASON = "_drop_reason"
 DUPLICATE = "duplicate"
@@ -33,10 +33,6 @@ DROP_REASONS: tuple[str, ...] = (DUPLICATE, APP_FILTER, EVENT_FILTER, BEFORE_STA
 
 # The tie-break of deduplication within a load day: the copy loaded first wins, then ...
 DEDUPE_ORDER: tuple[str, ...] = ("load_tstamp", "collector_tstamp", "dvce_created_tstamp", ROW_HASH)
-# ... and among copies equal in all of those (the same raw text loaded at the same time), the
-# lineage decides, so that which copy is kept never depends on how the rows were read: copies
-# equal in these too are identical in every column.
-LINEAGE_ORDER: tuple[str, ...] = (SOURCE_FILE, LOAD_ID)
 # Set on the rows whose event_id needs a decision: True when an earlier load day holds it.
 SEEN_BEFORE = "_seen_before"
 
@@ -182,40 +178,14 @@ def mark_rows(
     if care is None:
         care = ids_needing_a_decision(load_day_rows, earlier_rows, dedupe_lookback_days)
     flagged = load_day_rows.join(F.broadcast(care), on=[LOAD_DATE, "event_id"], how="left")
-    ranked = flagged.filter(F.col(SEEN_BEFORE).isNotNull()).withColumn("_copy", _copy_rank(flagged))
+    order = [F.col(c).asc_nulls_last() for c in DEDUPE_ORDER if c in load_day_rows.columns]
+    rank = F.row_number().over(Window.partitionBy(LOAD_DATE, "event_id").orderBy(*order))
+    ranked = flagged.filter(F.col(SEEN_BEFORE).isNotNull()).withColumn("_copy", rank)
     single = flagged.filter(F.col(SEEN_BEFORE).isNull()).withColumn("_copy", F.lit(1))
-    duplicate = F.coalesce(F.col(SEEN_BEFORE), F.lit(False)) | (F.col("_copy") > 1)
-    return _with_reasons(
-        single.unionByName(ranked),
-        duplicate,
-        load_day_rows.columns,
-        app_ids,
-        event_names,
-        start_date,
+    df = single.unionByName(ranked).withColumn(EVENT_DATE, F.to_date("derived_tstamp"))
+    reason = F.when(
+        F.coalesce(F.col(SEEN_BEFORE), F.lit(False)) | (F.col("_copy") > 1), F.lit(DUPLICATE)
     )
-
-
-def _copy_rank(rows: DataFrame) -> Column:
-    """1 for the first copy of each (load day, event id) by DEDUPE_ORDER (nulls last), then
-    LINEAGE_ORDER."""
-    order = [
-        F.col(c).asc_nulls_last() for c in (*DEDUPE_ORDER, *LINEAGE_ORDER) if c in rows.columns
-    ]
-    return F.row_number().over(Window.partitionBy(LOAD_DATE, "event_id").orderBy(*order))
-
-
-def _with_reasons(
-    df: DataFrame,
-    duplicate: Column,
-    columns: Sequence[str],
-    app_ids: Sequence[str],
-    event_names: Sequence[str],
-    start_date: dt.date | None,
-) -> DataFrame:
-    """`columns` of `df` with `event_date` and `_drop_reason`: duplicate where `duplicate`
-    holds, else the first filter that drops the row, else null (kept)."""
-    df = df.withColumn(EVENT_DATE, F.to_date("derived_tstamp"))
-    reason = F.when(duplicate, F.lit(DUPLICATE))
     if app_ids:
         reason = reason.when(
             ~F.coalesce(F.col("app_id").isin(list(app_ids)), F.lit(False)), APP_FILTER
@@ -226,7 +196,7 @@ def _with_reasons(
         )
     if start_date is not None:
         reason = reason.when(F.col(EVENT_DATE) < F.lit(start_date), BEFORE_START_DATE)
-    columns = [c for c in columns if c != EVENT_DATE] + [EVENT_DATE]
+    columns = [c for c in load_day_rows.columns if c != EVENT_DATE] + [EVENT_DATE]
     return df.withColumn(DROP_REASON, reason).select(*columns, DROP_REASON)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import random
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -468,67 +467,3 @@ def test_only_rows_whose_event_id_needs_a_decision_are_shuffled_at_full_width(sp
     rebuilt = mark_rows(both, both, 3)
     rebuilt.write.format("noop").mode("overwrite").save()
     assert [n for c, n in shuffled_rows(rebuilt) if c < width] == [len(today) + len(earlier)]
-
-
-def _marked_multiset(marked: DataFrame) -> Counter:
-    """Every marked row, as (its columns but the lineage order ones..., outcome), counted."""
-    return Counter(
-        (r.event_id, r._row_hash, r._source_file, r._load_id, r.load_date, r[DROP_REASON] or "kept")
-        for r in marked.collect()
-    )
-
-
-def _identical_copies_history(seed: int) -> list[dict[str, Any]]:
-    """`random_history` with identical rows on top: some rows landed twice from one file (the
-    same raw text, load time, file and load), some rows again from another file, and a few
-    first copies null in the order columns."""
-    rng = random.Random(seed)
-    rows = random_history(seed, n=200)
-    extra = []
-    for r in rng.sample(rows, 30):
-        extra.append(dict(r))  # identical: the same row again
-    for r in rng.sample(rows, 15):
-        extra.append({**r, "_source_file": "other.csv", "_load_id": "other"})
-    for r in rng.sample(rows, 5):
-        nulls = {**r, "collector_tstamp": None, "dvce_created_tstamp": None}
-        extra += [nulls, dict(nulls)]
-    return rows + extra
-
-
-def test_identical_copies_are_kept_once_and_the_lineage_breaks_ties(spark, tmp_path) -> None:
-    """`mark_rows` over a Delta table of several files, with identical rows in one file and
-    across files, copies relabelled with another file and load, and null order columns: the same
-    outcomes on every read (the lineage decides among copies equal in DEDUPE_ORDER, not the order
-    Spark reads them in), identical rows kept once, an original losing to a relabelled copy of
-    earlier lineage, and the rules in plain Python (`reference_outcomes`) agreeing for the other ids."""
-    rows = _identical_copies_history(7)
-    path = str(tmp_path / "events")
-    # several files per load day, identical rows in the same file and in different files
-    events_frame(spark, rows).repartition(2).write.format("delta").partitionBy("load_date").save(
-        path
-    )
-    stored = spark.read.format("delta").load(path)
-    got = _marked_multiset(mark_rows(stored, stored, 2, app_ids=["web"]))
-    shuffled = stored.repartition(3).sortWithinPartitions("_row_hash", ascending=False)
-    assert _marked_multiset(mark_rows(shuffled, shuffled, 2, app_ids=["web"])) == got
-    # identical rows are kept once
-    kept = Counter(
-        (e, day) for (e, _h, _f, _l, day, o), n in got.items() for _ in range(n) if o == "kept"
-    )
-    assert max(kept.values()) == 1
-    # a copy relabelled "other.csv" is equal to its original in DEDUPE_ORDER and sorts before
-    # "test.csv" by the lineage: the original is never the one kept
-    relabelled = {(e, h, d) for (e, h, f, _l, d, _o) in got if f == "other.csv"}
-    assert relabelled
-    assert not any(
-        f == "test.csv" and o == "kept" and (e, h, d) in relabelled for (e, h, f, _l, d, o) in got
-    )
-    # the rules in plain Python agree for the ids without identical or relabelled copies
-    plain = [
-        r for r in rows if r["_source_file"] == "test.csv" and r["collector_tstamp"] is not None
-    ]
-    clean = {e for e, n in Counter((r["event_id"], r["_row_hash"]) for r in rows).items() if n == 1}
-    plain_got = {(e, h): o for (e, h, *_, o) in got if (e, h) in clean}
-    assert plain_got == {
-        k: v for k, v in reference_outcomes(plain, 2, ["web"]).items() if k in clean
-    }
