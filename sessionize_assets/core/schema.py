@@ -57,23 +57,12 @@ SEGMENT_COLUMN_MAPPING: dict[str, str] = {
 
 # The columns whose Delta file statistics (per-file min, max and null count) `events` and
 # `filtered_events` keep: the identifiers and timestamps that reads skip files by (the session
-# branch's reads of a few users or a time span, delta-rs's pruned scans). Delta's default, the
-# first 32 columns, also described page URLs, referrers and other long text that no read
-# filters on: computing those statistics took about half of a 6 M-row write of filtered_events
-# (docs/benchmarks.md, "Session 42"). `event_id` is left out: random ids never skip a file.
-STATISTICS_COLUMNS: tuple[str, ...] = (
-    "app_id",
-    "platform",
-    "event_name",
-    "domain_userid",
-    "user_id",
-    "network_userid",
-    "domain_sessionid",
-    "collector_tstamp",
-    "dvce_created_tstamp",
-    "dvce_sent_tstamp",
-    "derived_tstamp",
-    "load_tstamp",
+# branch's reads of a few users or a time span, delta-rs's pruned scans), i.e. the required
+# columns but the long text no read filters on and `event_id` (random ids never skip a file).
+# Delta's default, the first 32 columns, also described page URLs, referrers and user agents:
+# computing those took 10-25 % of a 6 M-row partitioned write (docs/benchmarks.md, "Session 42").
+STATISTICS_COLUMNS: tuple[str, ...] = tuple(
+    c for c in REQUIRED_COLUMNS if c not in ("event_id", "page_url", "page_referrer")
 )
 # The Delta table property naming them (Delta Lake 3.0+ and delta-rs honour it when writing).
 STATISTICS_PROPERTY = "delta.dataSkippingStatsColumns"
