@@ -101,9 +101,9 @@ def maintain_home(
     """OPTIMIZE every table, then VACUUM it with `vacuum_hours` (None: no VACUUM). Refused before
     any change (and before Spark starts) when the retention would delete files a reader still
     needs. One line per table. `events` and `filtered_events` made before their file statistics
-    were limited (STATISTICS_PROPERTY) get the property first (`key_columns`: the settings'
-    `Settings.key_columns`), so that their next writes, the compaction of `events` among them,
-    compute only those."""
+    were limited (STATISTICS_PROPERTY) get the property first, as they are created with it
+    (`filtered_events` also naming `key_columns`, the settings' `Settings.key_columns`), so that
+    their next writes, the compaction of `events` among them, compute only those."""
     tables = delta_tables(Path(home.warehouse))
     if not tables:
         raise UserError(f"{home.warehouse} holds no tables yet: nothing to maintain.")
@@ -157,7 +157,10 @@ def _maintain_tables(
     for table in tables:
         limited = None
         if table.name in (EVENTS, FILTERED_EVENTS):
-            limited = limit_statistics(spark, str(table), key_columns)
+            # as the loader and the filtering step create them: the settings' columns are
+            # filtered_events' (the session models read it by them), not the loader's
+            configured = key_columns if table.name == FILTERED_EVENTS else ()
+            limited = limit_statistics(spark, str(table), configured)
         actions = add_actions(str(table))[1]  # the current version's files, until an OPTIMIZE
         current_before = len(actions)
         disk_before = files_on_disk(table)
