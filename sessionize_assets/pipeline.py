@@ -107,7 +107,7 @@ def session_branch(
     sessions = _guarded_branch(
         report,
         "session-based branch",
-        lambda: run_sessions(lake, lambda: spark_resource(ctx), ctx.instance),
+        lambda: run_sessions(lake, lambda: spark_resource(ctx), lambda: ctx.instance),
         log_file,
     )
     if sessions is not None:
@@ -127,7 +127,7 @@ def run_pipeline(ctx: CommandContext, now: dt.datetime | None = None) -> Pipelin
         time_based = _guarded_branch(
             report,
             "time-based branch",
-            lambda: run_time_based(lake, None, ctx.instance, start_spark=lambda: ctx.spark),
+            lambda: run_time_based(lake, None, lambda: ctx.instance, start_spark=lambda: ctx.spark),
             log_file,
         )
         if time_based is not None:

@@ -162,7 +162,8 @@ def run_sessions(
     run's outcome).
 
     `spark` is the SparkDeltaResource the runs use, or a function returning it (called only when a
-    run is needed: a command with nothing new starts no Spark). Stops early when a run moves
+    run is needed: a command with nothing new starts no Spark); `instance` likewise (a command
+    with nothing new opens no run storage). Stops early when a run moves
     nothing but data resumes later (a gap in the data longer than backfill_limit_days, as
     Snowplow) or fails.
     """
@@ -174,6 +175,8 @@ def run_sessions(
         return report
     if callable(spark) and not hasattr(spark, "get_session"):
         spark = spark()
+    if callable(instance):
+        instance = instance()
     materialize = SessionMaterializer(lake, spark, instance, tags)
     for _ in range(max_runs):
         done = materialize()

@@ -89,25 +89,17 @@ class _Runner:
     def __init__(
         self,
         lake: LakeResource,
-        instance: DagsterInstance,
+        instance: DagsterInstance | Callable[[], DagsterInstance],
         tags: Mapping[str, str] | None = None,
         whole: bool = False,
         start_spark: Callable[[], object] | None = None,
     ) -> None:
-        from sessionize_assets.checks import build_checks
-        from sessionize_assets.definitions import build_assets
-
         self.lake = lake
         self.settings = lake.settings
-        self.instance = instance
-        # The checks run in the runs that materialize their assets, as in the UI and the sensors'
-        # jobs: no_duplicate_event_ids with each load-day run (on those load days),
-        # accounting_invariant (blocking) with each daily_aggregates run.
-        self.assets = [*build_assets(self.settings), *build_checks(self.settings)]
-        self.resources = {
-            "lake": lake,
-            "spark": SparkDeltaResource(spark_config=dict(self.settings.spark)),
-        }
+        # The instance, or a function opening it: opened on the first run, so a command with
+        # nothing to do neither opens the home's run storage nor builds the assets.
+        self._instance = instance
+        self._definitions: tuple[list, dict] | None = None
         self.run_ids: list[str] = []
         self._state: tuple[int, TimeBasedState] | None = None
         self.tags = dict(tags or {})
@@ -117,6 +109,29 @@ class _Runner:
         # Called before each run (the command's session starts once, on the first): a command
         # with nothing to do starts no Spark.
         self.start_spark = start_spark
+
+    @property
+    def instance(self) -> DagsterInstance:
+        if callable(self._instance):
+            self._instance = self._instance()
+        return self._instance
+
+    def definitions(self) -> tuple[list, dict]:
+        """The assets and checks the runs select from, and their resources (built once)."""
+        if self._definitions is None:
+            from sessionize_assets.checks import build_checks
+            from sessionize_assets.definitions import build_assets
+
+            # The checks run in the runs that materialize their assets, as in the UI and the
+            # sensors' jobs: no_duplicate_event_ids with each load-day run (on those load days),
+            # accounting_invariant (blocking) with each daily_aggregates run.
+            assets = [*build_assets(self.settings), *build_checks(self.settings)]
+            resources = {
+                "lake": self.lake,
+                "spark": SparkDeltaResource(spark_config=dict(self.settings.spark)),
+            }
+            self._definitions = (assets, resources)
+        return self._definitions
 
     def run(
         self,
@@ -133,12 +148,13 @@ class _Runner:
             partition_key = first.isoformat()
         if self.start_spark is not None:
             self.start_spark()
+        assets, resources = self.definitions()
         result = materialize(
-            self.assets,
+            assets,
             selection=list(selection),
             partition_key=partition_key,
             instance=self.instance,
-            resources=self.resources,
+            resources=resources,
             tags=tags,
             run_config=run_config,
         )
@@ -267,7 +283,7 @@ class TimeBasedRunReport:
 def run_time_based(
     lake: LakeResource,
     spark: SparkSession | None,
-    instance: DagsterInstance,
+    instance: DagsterInstance | Callable[[], DagsterInstance],
     start_spark: Callable[[], object] | None = None,
 ) -> TimeBasedRunReport:
     """Process what is pending, as the sensors would, within the run limits: the pending load days
@@ -275,7 +291,8 @@ def run_time_based(
 
     `spark` is the session the runs share (the assets get it through the `spark` resource);
     `start_spark`, when given instead, starts it before the first run (a run with nothing to do
-    starts none).
+    starts none). `instance` may be a function opening the instance, called before the first
+    run only.
     """
     del spark  # the SparkDeltaResource reuses the process's active session
     settings, now = lake.settings, lake.current_time()
