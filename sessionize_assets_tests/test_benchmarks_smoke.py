@@ -24,6 +24,7 @@ from benchmarks import common, deltastats, eventlog, reference
 from benchmarks.cluster import cluster_spark_conf, comparable_columns
 from benchmarks.report import commits_by_table
 from benchmarks.run import build_parser, evaluate_targets, main, parse_history
+from sessionize_assets_tests.conftest import TEST_SPARK
 
 # --- Spark event log parsing ------------------------------------------------------------------
 
@@ -516,6 +517,8 @@ def test_benchmark_end_to_end(tmp_path: Path) -> None:
             "--quiet",
             "--engine",
             "warm",
+            # The engines start as the tests' own JVM (C1 JIT, serial GC, interpreted queries).
+            *(a for k, v in TEST_SPARK.items() for a in ("--spark-conf", f"{k}={v}")),
         ]
     )
     [path] = sorted(out.glob("bench-*.json"))

@@ -38,6 +38,7 @@ from sessionize_assets.resources.tables import (
     SUPERSEDED_SESSIONS,
     USERS,
 )
+from sessionize_assets_tests.conftest import spark_settings_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 START = dt.date(2024, 3, 1)
@@ -100,7 +101,10 @@ def _cli(home: Path, *args: str) -> None:
 
 def _prepare(home: Path, landing: Path) -> None:
     home.mkdir()
-    (home / "sessionize.yaml").write_text(DEMO_SETTINGS + "backfill_limit_days: 30\n")
+    # The killed runs are processes of their own: they start the tests' JVM.
+    (home / "sessionize.yaml").write_text(
+        DEMO_SETTINGS + "backfill_limit_days: 30\n" + spark_settings_yaml()
+    )
     for offset in range(DAYS):
         day = START + dt.timedelta(days=offset)
         _cli(home, "load", str(landing / f"load_date={day}"), "--load-tstamp-from", "load_tstamp")
