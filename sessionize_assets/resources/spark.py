@@ -244,16 +244,23 @@ def temporary_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator
                 spark.conf.set(key, value)
 
 
+# Spark's expression factories (`spark.sql.codegen.factoryMode`): NO_CODEGEN interprets every
+# expression; Spark's default, FALLBACK, compiles them (and interprets when compiling fails).
+SMALL_QUERY_EXPRESSIONS = "NO_CODEGEN"
+
+
 @contextmanager
 def small_query_conf(spark: SparkSession, enabled: bool) -> Iterator[None]:
-    """Turn adaptive execution and whole-stage code generation off and use one shuffle partition
-    per core while `enabled`, restoring the session's settings afterwards.
+    """Turn adaptive execution and code generation (whole-stage and per expression) off and use
+    one shuffle partition per core while `enabled`, restoring the session's settings afterwards.
 
     A small run's queries each compile their generated code afresh (their literals differ from
     run to run), which costs more than running them interpreted: on the recovery test's history
     (`local[2]`), the second run is about 9 % faster in three alternating pairs. Up to a few
     million rows, interpreted and generated code measured within noise of each other
-    (docs/benchmarks.md, "Session 18")."""
+    (docs/benchmarks.md, "Session 18"). Expressions interpreted too (session 43): a 5,000-event
+    day on the headline home's warm engine took a median 9.5 JVM CPU-s instead of 14.2 (ten days
+    against nine, alternated; docs/benchmarks.md, "Session 43")."""
     if not enabled:
         yield
         return
@@ -261,6 +268,7 @@ def small_query_conf(spark: SparkSession, enabled: bool) -> Iterator[None]:
         "spark.sql.adaptive.enabled": "false",
         "spark.sql.shuffle.partitions": str(max(1, default_parallelism(spark))),
         "spark.sql.codegen.wholeStage": "false",
+        "spark.sql.codegen.factoryMode": SMALL_QUERY_EXPRESSIONS,
     }
     with temporary_conf(spark, wanted):
         yield

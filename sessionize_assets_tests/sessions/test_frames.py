@@ -5,10 +5,20 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
-from sessionize_assets.resources.spark import small_query_conf
+from sessionize_assets.resources.spark import small_query_conf, temporary_conf
 from sessionize_assets_tests.plans import executed_nodes
 
-KEYS = ("spark.sql.adaptive.enabled", "spark.sql.codegen.wholeStage")
+KEYS = (
+    "spark.sql.adaptive.enabled",
+    "spark.sql.codegen.wholeStage",
+    "spark.sql.codegen.factoryMode",
+)
+# A session as the product's engine runs it (the tests' own runs everything interpreted).
+PRODUCTION = {
+    "spark.sql.adaptive.enabled": "true",
+    "spark.sql.codegen.wholeStage": "true",
+    "spark.sql.codegen.factoryMode": "FALLBACK",
+}
 
 
 def _grouped(spark):
@@ -18,21 +28,25 @@ def _grouped(spark):
 
 
 def test_a_small_run_executes_interpreted_without_adaptive_stages_then_restores(spark) -> None:
-    before = {k: spark.conf.get(k) for k in KEYS}
-    with small_query_conf(spark, True):
-        assert {k: spark.conf.get(k) for k in KEYS} == dict.fromkeys(KEYS, "false")
-        inside = _grouped(spark)
-    assert {k: spark.conf.get(k) for k in KEYS} == before
+    with temporary_conf(spark, PRODUCTION):
+        with small_query_conf(spark, True):
+            assert {k: spark.conf.get(k) for k in KEYS} == {
+                "spark.sql.adaptive.enabled": "false",
+                "spark.sql.codegen.wholeStage": "false",
+                "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+            }
+            inside = _grouped(spark)
+        assert {k: spark.conf.get(k) for k in KEYS} == PRODUCTION
     assert "WholeStageCodegenExec" not in inside and "AdaptiveSparkPlanExec" not in inside
     assert "HashAggregateExec" in inside  # the plan was walked
 
 
 def test_a_large_run_keeps_the_session_settings(spark) -> None:
-    before = {k: spark.conf.get(k) for k in KEYS}
-    with small_query_conf(spark, False):
-        assert {k: spark.conf.get(k) for k in KEYS} == before
-        nodes = _grouped(spark)
-    assert ("WholeStageCodegenExec" in nodes) == (before["spark.sql.codegen.wholeStage"] == "true")
+    with temporary_conf(spark, PRODUCTION):
+        with small_query_conf(spark, False):
+            assert {k: spark.conf.get(k) for k in KEYS} == PRODUCTION
+            nodes = _grouped(spark)
+    assert "WholeStageCodegenExec" in nodes
 
 
 def test_a_run_is_small_when_what_it_takes_on_is_small_whatever_the_history():
