@@ -253,7 +253,8 @@ def test_an_interrupted_backfill_resumes_at_its_first_unfinished_window(
     assert read_cursor_state(cursor_table, one_window) == CursorState()
 
     # Once the runs have taken everything (backfill_limit_days 2: a few runs), a run with
-    # nothing new launches no Dagster run, so it starts no Spark session.
+    # nothing new launches no Dagster run, so it starts no Spark session and opens no Dagster
+    # instance.
     from sessionize_assets.commands.context import CommandContext
 
     for _ in range(6):
@@ -267,9 +268,13 @@ def test_an_interrupted_backfill_resumes_at_its_first_unfinished_window(
     def no_spark(*_args, **_kwargs):
         pytest.fail("the no-op run started Spark")
 
+    def no_instance(*_args, **_kwargs):
+        pytest.fail("the no-op run opened the Dagster instance")
+
     with monkeypatch.context() as patched:
         patched.setattr(CommandContext, "spark", property(no_spark))
         patched.setattr("sessionize_assets.resources.spark.get_spark", no_spark)
+        patched.setattr(CommandContext, "instance", property(no_instance))
         assert main([*now, "run"]) == 0
     out = capsys.readouterr().out
     assert "Nothing to do" in out and "Session models: 0 run(s)" in out, out
