@@ -26,8 +26,8 @@ TEST_SPARK = {
         "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=256m"
     ),
     # Tiny inputs: every query interpreted, no generated code to compile (the product does this
-    # for small runs' whole stages, `resources/spark.small_query_conf`; the tests' setup, reads
-    # and full recomputes are all small). One sessions-command test took 79 s and 91 CPU-s
+    # for its small queries, `resources/spark.small_query_conf`; the tests' setup, reads and
+    # full recomputes are all small). One sessions-command test took 79 s and 91 CPU-s
     # instead of 96-115 s and 115-139 CPU-s, alternated twice (session 43). Spark computes the
     # same results either way; what only generated code does is covered at size by the
     # benchmark's comparison with DuckDB.
