@@ -518,7 +518,7 @@ def land_batch(
     data = pa.Table.from_pylist(
         [dict(zip(names, row, strict=True)) for row in log_rows], schema=LOAD_LOG_ARROW
     )
-    if not append_from_driver(tables[LOAD_LOG], data):
+    if not append_from_driver(tables[LOAD_LOG], data, compact=True):
         with faults.commit_of(tables[LOAD_LOG]):
             spark.createDataFrame(log_rows, LOAD_LOG_SCHEMA).write.format("delta").mode(
                 "append"

@@ -46,7 +46,14 @@ from sessionize_assets.core.manifest_state import (
     derive_item_state,
 )
 from sessionize_assets.errors import ItemLockedError
-from sessionize_assets.resources.delta import append_at_version, create_table, exists, optimize
+from sessionize_assets.resources.delta import (
+    append_at_version,
+    checkpoint_on_interval,
+    compact_when_fragmented,
+    create_table,
+    exists,
+    optimize,
+)
 from sessionize_assets.resources.manifest_operator import OperatorActions
 from sessionize_assets.resources.manifest_table import (  # the manifest's public names, here too
     BUCKETS,
@@ -304,6 +311,9 @@ class ProcessingManifest(OperatorActions):
                 )
                 time.sleep(min(1.0, 0.02 * 2 ** min(attempt, 5)) * (0.5 + random.random()))
                 continue
+            # Every record is a file in its bucket: keep the log short and the buckets few files.
+            checkpoint_on_interval(table)
+            compact_when_fragmented(table)
             return records
         raise ManifestConflictError(
             f"Could not write a record for item(s) {', '.join(sorted(builds))} after "

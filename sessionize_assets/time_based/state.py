@@ -123,7 +123,9 @@ def partition_counts(
 ) -> tuple[int | None, dict[tuple[dt.date, dt.date], int]]:
     """Rows of filtered_events per (load day, event day), from the file statistics in the Delta
     log (no data read): the table is partitioned by both days."""
-    version, actions = add_actions(path, version)
+    version, actions = add_actions(
+        path, version, columns=["num_records", f"partition.{LOAD_DATE}", f"partition.{EVENT_DATE}"]
+    )
     counts: dict[tuple[dt.date, dt.date], int] = defaultdict(int)
     for action in actions:
         if action.get("num_records") is None:
@@ -141,7 +143,7 @@ def files_in(
 ) -> tuple[int, int]:
     """(files of the partitions `column` in `days`, all files of the table)."""
     wanted = set(days)
-    _, actions = add_actions(path, version)
+    _, actions = add_actions(path, version, columns=[f"partition.{column}"])
     hits = sum(1 for a in actions if as_date(a[f"partition.{column}"]) in wanted)
     return hits, len(actions)
 
@@ -152,7 +154,7 @@ def rows_in(
     """Rows of the partitions `column` in `days`, from the Delta log's file statistics (None when
     a file has no row count)."""
     wanted = set(days)
-    _, actions = add_actions(path, version)
+    _, actions = add_actions(path, version, columns=["num_records", f"partition.{column}"])
     hits = [a["num_records"] for a in actions if as_date(a[f"partition.{column}"]) in wanted]
     return None if any(n is None for n in hits) else sum(hits)
 

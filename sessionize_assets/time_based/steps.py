@@ -491,7 +491,7 @@ def _filter_and_write(
                 "materialized_at": old_row.materialized_at,
             }
         )
-    upsert_small(tables.accounting, accounting_rows, ACCOUNTING_SCHEMA, LOAD_DATE)
+    upsert_small(tables.accounting, accounting_rows, ACCOUNTING_SCHEMA, LOAD_DATE, compact=True)
 
     files_read, files_total = files_in(tables.events, LOAD_DATE, read_days)
     total = {k: sum(a[k] for a in accounts.values()) for k in next(iter(accounts.values()))}
@@ -784,9 +784,11 @@ def _daily_aggregates(
                 }
                 for d in days
             ]
-            upsert_small(tables.horizons, records, HORIZONS_SCHEMA, EVENT_DATE)
+            upsert_small(tables.horizons, records, HORIZONS_SCHEMA, EVENT_DATE, compact=True)
             result.used_spark = True
-    _, written_actions = add_actions(tables.daily_aggregates)
+    _, written_actions = add_actions(
+        tables.daily_aggregates, columns=["num_records", f"partition.{EVENT_DATE}"]
+    )
     written = sum(
         a["num_records"] or 0
         for a in written_actions
@@ -934,7 +936,7 @@ def attributes_step(
                 out = attrs.refreshed(previous, daily, chosen, as_of, windows, definitions)
             else:
                 touched = None
-    _, read_actions = add_actions(tables.daily_aggregates, version)
+    _, read_actions = add_actions(tables.daily_aggregates, version, columns=["num_records"])
     counts = [a["num_records"] for a in read_actions]
     rows_read = sum(n or 0 for n in counts)
     if refreshed_rows is not None:
@@ -962,7 +964,7 @@ def attributes_step(
                 .option("userMetadata", source)
                 .save(tables.attributes)
             )
-    _, written_actions = add_actions(tables.attributes)
+    _, written_actions = add_actions(tables.attributes, columns=["num_records"])
     return StepResult(
         used_spark=True,
         metadata={

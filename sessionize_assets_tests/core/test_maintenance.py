@@ -6,7 +6,9 @@ import datetime as dt
 
 from sessionize_assets.core.maintenance import (
     OldVersionReader,
+    FRAGMENTED_SLACK_FILES,
     compaction_finds_work,
+    fragmented,
     hours_needed,
     vacuum_finds_work,
     vacuum_refusal,
@@ -60,6 +62,17 @@ def test_compaction_finds_work_only_where_a_partition_holds_several_files():
     one_each = [("2024-03-01",), ("2024-03-02",), (None,)]
     assert not compaction_finds_work(one_each)
     assert compaction_finds_work([*one_each, ("2024-03-02",)])
+
+
+def test_a_small_table_is_fragmented_past_two_files_a_partition_and_the_slack():
+    slack = FRAGMENTED_SLACK_FILES
+    assert not fragmented([])
+    assert not fragmented([()] * (2 + slack))  # unpartitioned: 2 + slack files are fine
+    assert fragmented([()] * (3 + slack))
+    buckets = [(b,) for b in range(16)]
+    assert not fragmented(buckets * 2 + [(0,)] * slack)  # 16 buckets: up to 32 + slack files
+    assert fragmented(buckets * 2 + [(0,)] * (slack + 1))
+    assert fragmented([()] * 4, slack=1) and not fragmented([()] * 3, slack=1)
 
 
 def test_vacuum_finds_work_only_for_an_unreferenced_file_older_than_the_retention():

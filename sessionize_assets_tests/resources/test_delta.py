@@ -770,3 +770,77 @@ def test_a_pruned_scan_keeps_every_matching_row_and_refuses_over_its_limits(spar
     table = delta.delta_table(with_stats)
     assert delta.scan_pruned(table, pruning, ["id"], inside, scan_limit=1, keep_limit=1000) is None
     assert delta.scan_pruned(table, pruning, ["id"], inside, scan_limit=1000, keep_limit=4) is None
+
+
+def test_a_small_state_table_compacts_itself_and_keeps_every_row(tmp_path):
+    """`compact=True` (the manifest, the accounting, the horizons, the load log): the files stay
+    within the `fragmented` bound and the rows are those of the same writes without it."""
+    from sessionize_assets.core.maintenance import FRAGMENTED_SLACK_FILES
+
+    schema = pa.schema([("day", pa.string()), ("n", pa.int64())])
+    compacting, plain = str(tmp_path / "compacting"), str(tmp_path / "plain")
+    for i in range(3 * (FRAGMENTED_SLACK_FILES + 2)):
+        rows = [{"day": f"d{i // 2:03d}", "n": i}]  # every other write updates its day's row
+        delta.upsert_small(compacting, rows, schema, "day", compact=True)
+        delta.upsert_small(plain, rows, schema, "day")
+    compacted, kept = delta.delta_table(compacting), delta.delta_table(plain)
+    assert sorted(compacted.to_pyarrow_table().to_pylist(), key=lambda r: r["day"]) == sorted(
+        kept.to_pyarrow_table().to_pylist(), key=lambda r: r["day"]
+    )
+    assert len(compacted.file_uris()) <= 2 + FRAGMENTED_SLACK_FILES < len(kept.file_uris())
+    assert "OPTIMIZE" in [c["operation"] for c in compacted.history()]
+    assert "OPTIMIZE" not in [c["operation"] for c in kept.history()]
+
+
+def test_a_partitioned_table_is_compacted_only_once_fragmented(tmp_path):
+    from deltalake import write_deltalake
+
+    from sessionize_assets.core.maintenance import FRAGMENTED_SLACK_FILES
+
+    path = str(tmp_path / "buckets")
+    for i in range(4 + FRAGMENTED_SLACK_FILES):  # two buckets: fragmented past 4 + slack files
+        write_deltalake(path, pa.table({"b": [i % 2], "n": [i]}), mode="append", partition_by=["b"])
+        assert not delta.compact_when_fragmented(path)
+    write_deltalake(path, pa.table({"b": [0], "n": [99]}), mode="append")
+    assert delta.compact_when_fragmented(delta.delta_table(path))
+    table = delta.delta_table(path)
+    assert len(table.file_uris()) == 2
+    assert table.to_pyarrow_table().num_rows == 5 + FRAGMENTED_SLACK_FILES
+    assert not delta.compact_when_fragmented(path)  # compact now: nothing to do
+    assert delta.compact_when_fragmented(str(tmp_path / "absent")) is False
+
+
+def test_a_small_table_read_again_sees_each_version_and_a_table_made_anew(tmp_path):
+    """`read_small_table` reads a version once per process: never a stale one, even when the
+    table is deleted and made again at the same path up to the same version."""
+    import shutil
+
+    from deltalake import write_deltalake
+
+    path = str(tmp_path / "state")
+    write_deltalake(path, pa.table({"k": ["a"]}))
+    assert delta.read_small_table(path) == [{"k": "a"}]
+    write_deltalake(path, pa.table({"k": ["b"]}), mode="append")
+    assert sorted(r["k"] for r in delta.read_small_table(path)) == ["a", "b"]
+    shutil.rmtree(path)
+    write_deltalake(path, pa.table({"k": ["c"]}))
+    write_deltalake(path, pa.table({"k": ["d"]}), mode="append")  # version 1 again
+    assert sorted(r["k"] for r in delta.read_small_table(path)) == ["c", "d"]
+    rows = delta.read_small_table(path)
+    rows[0]["k"] = "changed by the caller"
+    assert sorted(r["k"] for r in delta.read_small_table(path)) == ["c", "d"]
+    assert delta.read_small_table(path, columns=["k"]) == delta.read_small_table(path)
+    assert delta.read_small_table(str(tmp_path / "absent")) == []
+
+
+def test_add_actions_keep_only_the_columns_asked_for_that_the_log_has(tmp_path):
+    from deltalake import write_deltalake
+
+    path = str(tmp_path / "stats")
+    write_deltalake(path, pa.table({"d": ["x", "y"], "n": [1, 2]}), partition_by=["d"])
+    version, every = delta.add_actions(path)
+    _, some = delta.add_actions(path, columns=["num_records", "partition.d", "max.nothing"])
+    assert version == 0 and len(every) == len(some) == 2
+    assert {"min.n", "max.n", "path"} <= set(every[0])
+    assert [sorted(a) for a in some] == [["num_records", "partition.d"]] * 2
+    assert sorted((a["partition.d"], a["num_records"]) for a in some) == [("x", 1), ("y", 1)]

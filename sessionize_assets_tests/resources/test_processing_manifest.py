@@ -294,6 +294,25 @@ def test_compaction_keeps_every_record(manifest):
     assert all(s.status is ItemStatus.PROCESSED for s in item_states(manifest.path).values())
 
 
+def test_the_manifest_compacts_itself_as_records_pile_up_and_keeps_every_record(manifest, clock):
+    """Every record is a file in its bucket; the writer bin-packs them once the table is
+    `fragmented`, so reads stay a few files a bucket however long the history."""
+    from deltalake import DeltaTable
+
+    from sessionize_assets.core.maintenance import FRAGMENTED_SLACK_FILES
+
+    for _ in range(FRAGMENTED_SLACK_FILES + 2):  # one bucket: fragmented past 2 + slack files
+        clock.tick(seconds=1)
+        manifest.complete(manifest.lock(ITEM, "a", "r"))
+    table = DeltaTable(manifest.path)
+    assert "OPTIMIZE" in [c["operation"] for c in table.history()]
+    assert len(table.file_uris()) <= 2 + FRAGMENTED_SLACK_FILES
+    records = read_records(manifest.path, item=ITEM)
+    assert len(records) == 2 * (FRAGMENTED_SLACK_FILES + 2)
+    assert [r.state for r in records[-2:]] == [RecordState.PROCESSING, RecordState.PROCESSED]
+    assert item_state(manifest.path, ITEM).status is ItemStatus.PROCESSED
+
+
 # ------------------------------------------------------------------------- cursor checkpoints
 
 
