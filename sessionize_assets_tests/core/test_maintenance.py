@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime as dt
 
 from sessionize_assets.core.maintenance import (
-    OldVersionReader,
     FRAGMENTED_SLACK_FILES,
+    OldVersionReader,
     compaction_finds_work,
     fragmented,
     hours_needed,
