@@ -35,7 +35,7 @@ from sessionize_assets.resources.delta import (
     read_version,
 )
 from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets.resources.spark import SparkDeltaResource
+from sessionize_assets.resources.spark_resource import SparkDeltaResource
 from sessionize_assets.settings import Settings
 from sessionize_assets.time_based.state import partition_counts, read_state
 from sessionize_assets.time_based.tables import TimeBasedTables

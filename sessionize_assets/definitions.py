@@ -19,7 +19,7 @@ from sessionize_assets.jobs import build_jobs
 from sessionize_assets.refresh_job import refresh_job
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.manifest_lock import session_lock
-from sessionize_assets.resources.spark import SparkDeltaResource
+from sessionize_assets.resources.spark_resource import SparkDeltaResource
 from sessionize_assets.schedules import build_schedules, table_maintenance_job
 from sessionize_assets.sensors import late_days, new_loads, session_models
 from sessionize_assets.sessions import assets as sessions

@@ -19,9 +19,7 @@ from sessionize_assets.core.outcomes import (
     summary_line,
 )
 from sessionize_assets.errors import ItemLockedError, UserError, one_sentence
-from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.shared_reads import sharing
-from sessionize_assets.resources.spark import SparkDeltaResource
 
 if TYPE_CHECKING:
     from sessionize_assets.commands.failures import BranchFailure
@@ -29,14 +27,18 @@ if TYPE_CHECKING:
     from sessionize_assets.commands.sessions import VerifySessionsReport
     from sessionize_assets.commands.time_based import TimeBasedVerifyReport
     from sessionize_assets.core.manifest_state import ItemState
+    from sessionize_assets.lake import Lake
+    from sessionize_assets.resources.spark_resource import SparkDeltaResource
 
 
-def _lake(ctx: CommandContext, now: dt.datetime | None = None) -> LakeResource:
+def _lake(ctx: CommandContext, now: dt.datetime | None = None) -> Lake:
     return ctx.lake_at(now)
 
 
 def spark_resource(ctx: CommandContext) -> SparkDeltaResource:
     """The Dagster Spark resource over the process's session (started once, shared by all runs)."""
+    from sessionize_assets.resources.spark_resource import SparkDeltaResource
+
     ctx.spark  # noqa: B018 - start the one session with the user's settings first
     return SparkDeltaResource(spark_config=dict(ctx.settings.spark))
 
@@ -97,9 +99,7 @@ def _sessions_outcome(result: Any, log_file: str) -> BranchOutcome:
     )
 
 
-def session_branch(
-    report: PipelineReport, ctx: CommandContext, lake: LakeResource, log_file: str
-) -> Any:
+def session_branch(report: PipelineReport, ctx: CommandContext, lake: Lake, log_file: str) -> Any:
     """Run the session-based branch on `lake`; its lines and outcome (or its failure) go into
     `report`. Returns its result, None when it failed."""
     from sessionize_assets.commands.sessions import run_sessions
@@ -190,9 +190,7 @@ def backfill_pipeline(
     return report
 
 
-def _status_of(
-    branch: str, status: Callable[[LakeResource], Any], lake: LakeResource
-) -> tuple[Any, str | None]:
+def _status_of(branch: str, status: Callable[[Lake], Any], lake: Lake) -> tuple[Any, str | None]:
     """(a branch's status report, None), or (None, the sentence saying its state cannot be read):
     status goes on with the other branch."""
     try:

@@ -21,7 +21,7 @@ from sessionize_assets.commands.maintenance import maintain_home
 from sessionize_assets.errors import ItemLockedError, UserError
 from sessionize_assets.resources.command_lock import command_lock
 from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets.resources.spark import SparkDeltaResource
+from sessionize_assets.resources.spark_resource import SparkDeltaResource
 
 TABLE_MAINTENANCE_JOB = "table_maintenance_job"
 # Sunday 03:00 UTC: a quiet hour for most pipelines; VACUUM keeps a week of versions by default.

@@ -18,7 +18,7 @@ from sessionize_assets.checks import (
 )
 from sessionize_assets.partitions import daily_partitions
 from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets.resources.spark import SparkDeltaResource
+from sessionize_assets.resources.spark_resource import SparkDeltaResource
 from sessionize_assets.time_based.assets import build_assets
 from sessionize_assets.time_based.tables import TimeBasedTables
 

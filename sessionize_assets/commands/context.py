@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from dagster import DagsterInstance, Definitions
     from pyspark.sql import SparkSession
 
-    from sessionize_assets.resources.lake import LakeResource
+    from sessionize_assets.lake import Lake
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -74,14 +74,8 @@ class CommandContext:
             shutil.copyfile(source, target)
 
     @property
-    def lake(self) -> LakeResource:
-        from sessionize_assets.resources.lake import LakeResource
-
-        return LakeResource(
-            home=str(self.home.root),
-            config_file=str(self.config_path) if self.config_path else None,
-            now=self.now.isoformat(),
-        )
+    def lake(self) -> Lake:
+        return self.lake_at(None)
 
     @property
     def spark(self) -> SparkSession:
@@ -130,11 +124,12 @@ class CommandContext:
     def table(self, name: str) -> str:
         return self.home.table(name)
 
-    def lake_at(self, now: dt.datetime | None = None) -> LakeResource:
-        """The lake resource with another `now` (e.g. a replayed day of the demo)."""
-        from sessionize_assets.resources.lake import LakeResource
+    def lake_at(self, now: dt.datetime | None = None) -> Lake:
+        """The lake (without Dagster: `Lake.resource()` is the Dagster resource), with another
+        `now` (e.g. a replayed day of the demo)."""
+        from sessionize_assets.lake import Lake
 
-        return LakeResource(
+        return Lake(
             home=str(self.home.root),
             config_file=str(self.config_path) if self.config_path else None,
             now=(now or self.now).isoformat(),

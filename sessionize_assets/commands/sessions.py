@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -28,7 +28,6 @@ from sessionize_assets.resources.delta import (
     recent_operations,
     table_or_empty,
 )
-from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.tables import (
     FILTERED_EVENTS,
     QUARANTINED_SESSIONS,
@@ -36,7 +35,6 @@ from sessionize_assets.resources.tables import (
     SESSIONS_LIFECYCLE_MANIFEST,
     USERS,
 )
-from sessionize_assets.sessions.materialize import SessionMaterializer
 from sessionize_assets.sessions.modes import mode_for
 from sessionize_assets.sessions.outcome import SessionRunOutcome
 from sessionize_assets.sessions.replay import replay_plan, replayed_lifecycle
@@ -54,6 +52,9 @@ from sessionize_assets.sessions.tables import (
     USER_SESSION_STATS_SCHEMA,
     USERS_SCHEMA,
 )
+
+if TYPE_CHECKING:  # Dagster is imported only when a run is launched (a no-op launches none)
+    from sessionize_assets.lake import LakeAccess
 
 # --- run ----------------------------------------------------------------------------------------
 
@@ -151,7 +152,7 @@ def summarize(run_id: str, run: SessionRunOutcome) -> SessionRunSummary:
 
 
 def run_sessions(
-    lake: LakeResource,
+    lake: LakeAccess,
     spark: Any,
     instance: Any,
     max_runs: int = 1000,
@@ -177,6 +178,8 @@ def run_sessions(
         spark = spark()
     if callable(instance):
         instance = instance()
+    from sessionize_assets.sessions.materialize import SessionMaterializer
+
     materialize = SessionMaterializer(lake, spark, instance, tags)
     for _ in range(max_runs):
         done = materialize()
@@ -309,7 +312,7 @@ def _fmt(row: Any) -> str:
 
 
 def verify_sessions(
-    lake: LakeResource, spark: Any, limit: int = 20, replay: bool = False
+    lake: LakeAccess, spark: Any, limit: int = 20, replay: bool = False
 ) -> VerifySessionsReport:
     """Recompute sessions and users from the current filtered_events (session timestamps from
     start_date to the sessions model's processed-through limit) with the same settings. id mode
@@ -436,7 +439,7 @@ def verify_sessions(
 
 def _replayed_or_given(
     session: SparkSession,
-    lake: LakeResource,
+    lake: LakeAccess,
     stored: DataFrame,
     limit: int,
     report: VerifySessionsReport,
@@ -520,7 +523,7 @@ class SessionsStatus:
         return out
 
 
-def status_sessions(lake: LakeResource, now: dt.datetime | None = None) -> SessionsStatus:
+def status_sessions(lake: LakeAccess, now: dt.datetime | None = None) -> SessionsStatus:
     """Run-limit state and window of the next run, each model's last_success (delta-rs only)."""
     settings = lake.settings
     now = as_utc(now or lake.current_time())

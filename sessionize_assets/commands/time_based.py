@@ -7,18 +7,11 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dagster import DagsterInstance, materialize
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sessionize_assets.checks import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-    accounting_invariant,
-    duplicates_in_filtered_events,
-)
 from sessionize_assets.core import aggregates as agg
 from sessionize_assets.core import attributes as attrs
 from sessionize_assets.core import filtering
@@ -39,19 +32,18 @@ from sessionize_assets.core.planning import (
     redo_cascade,
 )
 from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE
-from sessionize_assets.jobs import TIME_BASED_LANE
 from sessionize_assets.resources.dead_runs import run_tags
 from sessionize_assets.resources.delta import read_table
-from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets.resources.spark import SparkDeltaResource
 from sessionize_assets.resources.tables import ATTRIBUTES, DAILY_AGGREGATES, FILTERED_EVENTS
 from sessionize_assets.settings import Settings
 from sessionize_assets.time_based import definitions
 from sessionize_assets.time_based.state import TimeBasedState, read_state
 from sessionize_assets.time_based.tables import TimeBasedTables
 
-RANGE_START = ASSET_PARTITION_RANGE_START_TAG
-RANGE_END = ASSET_PARTITION_RANGE_END_TAG
+if TYPE_CHECKING:  # Dagster is imported only when a run is launched (a no-op launches none)
+    from dagster import DagsterInstance
+
+    from sessionize_assets.lake import LakeAccess
 
 
 def _fmt(days: Sequence[dt.date]) -> str:
@@ -88,7 +80,7 @@ class _Runner:
 
     def __init__(
         self,
-        lake: LakeResource,
+        lake: LakeAccess,
         instance: DagsterInstance | Callable[[], DagsterInstance],
         tags: Mapping[str, str] | None = None,
         whole: bool = False,
@@ -121,13 +113,14 @@ class _Runner:
         if self._definitions is None:
             from sessionize_assets.checks import build_checks
             from sessionize_assets.definitions import build_assets
+            from sessionize_assets.resources.spark_resource import SparkDeltaResource
 
             # The checks run in the runs that materialize their assets, as in the UI and the
             # sensors' jobs: no_duplicate_event_ids with each load-day run (on those load days),
             # accounting_invariant (blocking) with each daily_aggregates run.
             assets = [*build_assets(self.settings), *build_checks(self.settings)]
             resources = {
-                "lake": self.lake,
+                "lake": self.lake.resource(),
                 "spark": SparkDeltaResource(spark_config=dict(self.settings.spark)),
             }
             self._definitions = (assets, resources)
@@ -140,10 +133,21 @@ class _Runner:
         last: dt.date | None = None,
         run_config: dict | None = None,
     ) -> str:
+        from dagster import materialize
+
+        from sessionize_assets.checks import (
+            ASSET_PARTITION_RANGE_END_TAG,
+            ASSET_PARTITION_RANGE_START_TAG,
+        )
+        from sessionize_assets.jobs import TIME_BASED_LANE
+
         tags = {**TIME_BASED_LANE, **run_tags(), **self.tags}
         partition_key = None
         if first is not None and last is not None and first != last:
-            tags |= {RANGE_START: first.isoformat(), RANGE_END: last.isoformat()}
+            tags |= {
+                ASSET_PARTITION_RANGE_START_TAG: first.isoformat(),
+                ASSET_PARTITION_RANGE_END_TAG: last.isoformat(),
+            }
         elif first is not None:
             partition_key = first.isoformat()
         if self.start_spark is not None:
@@ -204,7 +208,7 @@ class _Runner:
         self.run(FINISHED)
 
 
-def _tables(lake: LakeResource) -> TimeBasedTables:
+def _tables(lake: LakeAccess) -> TimeBasedTables:
     return TimeBasedTables.at(lake.table)
 
 
@@ -281,7 +285,7 @@ class TimeBasedRunReport:
 
 
 def run_time_based(
-    lake: LakeResource,
+    lake: LakeAccess,
     spark: SparkSession | None,
     instance: DagsterInstance | Callable[[], DagsterInstance],
     start_spark: Callable[[], object] | None = None,
@@ -362,7 +366,7 @@ class TimeBasedBackfillReport:
 def backfill_time_based(
     start: dt.date,
     end: dt.date,
-    lake: LakeResource,
+    lake: LakeAccess,
     spark: SparkSession | None,
     instance: DagsterInstance,
     cursor: dt.datetime | None = None,
@@ -444,7 +448,7 @@ class TimeBasedRedoReport:
 
 
 def redo_load_days_time_based(
-    days: Sequence[dt.date], lake: LakeResource, instance: DagsterInstance
+    days: Sequence[dt.date], lake: LakeAccess, instance: DagsterInstance
 ) -> TimeBasedRedoReport:
     """Re-materialize exactly `days` (not the days between them) and what they affect: later load
     days their duplicates reach, the event days they decide, attributes. `forget` uses it after
@@ -526,10 +530,12 @@ def _compare(stored: DataFrame, recomputed: DataFrame, key: str) -> dict:
     return out
 
 
-def verify_time_based(lake: LakeResource, spark: SparkSession) -> TimeBasedVerifyReport:
+def verify_time_based(lake: LakeAccess, spark: SparkSession) -> TimeBasedVerifyReport:
     """Recompute filtered_events, each event day of daily_aggregates up to its horizon and
     attributes from scratch (in memory: nothing in the lake is written), compare row by row, and
     check the accounting invariant. Pending rows are reported, not treated as differences."""
+    from sessionize_assets.checks import accounting_invariant, duplicates_in_filtered_events
+
     settings, tables = lake.settings, _tables(lake)
     state = read_state(tables)
     report = TimeBasedVerifyReport(pending_load_days=state.pending_load_days(settings.start_date))
@@ -700,7 +706,7 @@ class TimeBasedStatusReport:
         return out
 
 
-def status_time_based(lake: LakeResource) -> TimeBasedStatusReport:
+def status_time_based(lake: LakeAccess) -> TimeBasedStatusReport:
     """The branch's state from the lake (no Spark)."""
     settings, now = lake.settings, lake.current_time()
     state = read_state(_tables(lake))

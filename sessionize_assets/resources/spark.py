@@ -16,8 +16,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
-from dagster_pyspark import PySparkResource
-from pydantic import Field
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -205,23 +203,6 @@ def persist_compact(
     result is computed by at most one task per core, which on `local[N]` is no less parallel."""
     kept = df.coalesce(max(1, default_parallelism(spark)))
     return kept.persist(level) if level is not None else kept.persist()
-
-
-class SparkDeltaResource(PySparkResource):
-    """One Spark session with Delta Lake, UTC session time and `local[*]` unless configured."""
-
-    spark_config: dict = Field(
-        default_factory=dict, description="Spark settings overriding the defaults."
-    )
-
-    def setup_for_execution(self, context) -> None:  # noqa: ANN001 - Dagster's signature
-        self._spark_session = get_spark(self.spark_config)
-
-    def get_session(self) -> SparkSession:
-        """The session, also outside a Dagster run (CLI, tests)."""
-        if self._spark_session is None:
-            self._spark_session = get_spark(self.spark_config)
-        return self._spark_session
 
 
 @contextmanager

@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from dagster import ConfigurableResource
-
-from sessionize_assets.home import Home
-
 # Table names (the spec's, plus the project's own bookkeeping tables).
 EVENTS = "events"
 INVALID_EVENTS = "invalid_events"
@@ -29,12 +23,3 @@ PROCESSING_MANIFEST = "processing_manifest"
 CURSOR_STATE = "cursor_state"
 FORGET_LOG = "forget_log"
 TIME_BASED_DEFINITIONS = "time_based_definitions"
-
-
-class WarehouseResource(ConfigurableResource):
-    """Where the tables are: the warehouse folder under the home (or an object-store URI)."""
-
-    home: str
-
-    def location(self, table: str) -> str:
-        return Home(Path(self.home)).table(table)

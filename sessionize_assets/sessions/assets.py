@@ -24,7 +24,7 @@ from sessionize_assets.core.clock import iso_or_none
 from sessionize_assets.errors import SettingsError
 from sessionize_assets.metadata import dagster_metadata, schema_metadata
 from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets.resources.spark import SparkDeltaResource
+from sessionize_assets.resources.spark_resource import SparkDeltaResource
 from sessionize_assets.resources.tables import (
     FILTERED_EVENTS,
     INCREMENTAL_MANIFEST,

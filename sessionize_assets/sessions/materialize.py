@@ -9,15 +9,17 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sessionize_assets.errors import SettingsError
 from sessionize_assets.resources.dead_runs import run_tags
-from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.manifest_lock import session_lock
 from sessionize_assets.sessions.assets import ASSET_NAME, build_assets
 from sessionize_assets.sessions.outcome import SessionRunOutcome
 from sessionize_assets.sessions.state import read_manifest, settings_refusal
+
+if TYPE_CHECKING:
+    from sessionize_assets.lake import LakeAccess
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,7 @@ class SessionMaterializer:
 
     def __init__(
         self,
-        lake: LakeResource,
+        lake: LakeAccess,
         spark: Any,
         instance: Any,
         tags: Mapping[str, str] | None = None,
@@ -73,7 +75,7 @@ class SessionMaterializer:
         result = dagster.materialize(
             self._definitions,
             instance=self._instance,
-            resources={"lake": self._lake, "spark": self._spark},
+            resources={"lake": self._lake.resource(), "spark": self._spark},
             raise_on_error=False,
             tags=self._tags,
             run_config={"ops": {ASSET_NAME: {"config": config}}},

@@ -28,7 +28,7 @@ from sessionize_assets.metadata import partition_figures, partition_metadata, sc
 from sessionize_assets.partitions import daily_partitions, late_day_lineage
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.manifest_lock import partition_locks
-from sessionize_assets.resources.spark import SparkDeltaResource
+from sessionize_assets.resources.spark_resource import SparkDeltaResource
 from sessionize_assets.settings import Settings
 from sessionize_assets.time_based import definitions
 from sessionize_assets.time_based.steps import (

@@ -19,7 +19,7 @@ from sessionize_assets.errors import SettingsError
 from sessionize_assets.home import Home
 from sessionize_assets.refresh_job import REFRESH_JOB
 from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets.resources.spark import SparkDeltaResource
+from sessionize_assets.resources.spark_resource import SparkDeltaResource
 from sessionize_assets.resources.tables import FILTERED_EVENTS
 from sessionize_assets.sensors.late_days import build_sensors as late_days_sensors
 from sessionize_assets.sensors.new_loads import build_sensors as new_loads_sensors

@@ -12,7 +12,7 @@ from sessionize_assets.core.run_limits import PackageState
 from sessionize_assets.home import Home
 from sessionize_assets.resources.delta import delta_table, read_small_table
 from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets.resources.spark import SparkDeltaResource
+from sessionize_assets.resources.spark_resource import SparkDeltaResource
 from sessionize_assets.resources.tables import (
     FILTERED_EVENTS,
     SESSIONS,

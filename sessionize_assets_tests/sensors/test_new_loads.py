@@ -49,7 +49,7 @@ def _consume(home, instance, day: str) -> None:
     from dagster import AssetSpec, materialize
 
     from sessionize_assets.partitions import daily_partitions
-    from sessionize_assets.resources.spark import SparkDeltaResource
+    from sessionize_assets.resources.spark_resource import SparkDeltaResource
     from sessionize_assets.time_based.assets import build_assets as time_based_assets
 
     settings = Settings(start_date=dt.date(2024, 1, 1))

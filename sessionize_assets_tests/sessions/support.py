@@ -18,7 +18,7 @@ from sessionize_assets.core.run_history import RUN_ITEM
 from sessionize_assets.home import Home
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.processing_manifest import ProcessingManifest
-from sessionize_assets.resources.spark import SparkDeltaResource
+from sessionize_assets.resources.spark_resource import SparkDeltaResource
 from sessionize_assets.resources.tables import FILTERED_EVENTS, PROCESSING_MANIFEST
 from sessionize_assets.sessions.assets import build_assets
 from sessionize_assets.sessions.outcome import SessionRunOutcome

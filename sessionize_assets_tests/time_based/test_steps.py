@@ -23,7 +23,7 @@ from sessionize_assets.jobs import REQUESTED_BY_TAG
 from sessionize_assets.metadata import FIGURES_TAG
 from sessionize_assets.partitions import daily_partitions
 from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets.resources.spark import SparkDeltaResource
+from sessionize_assets.resources.spark_resource import SparkDeltaResource
 from sessionize_assets.time_based.assets import build_assets, is_keyhole_run
 from sessionize_assets.time_based.state import (
     AccountingRecord,
