@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -109,6 +110,7 @@ def live_rows(table: Any, partitions: Partitions | None = None) -> int | None:
 # version, columns) are read once per process. The planner reads the same state tables several
 # times in one command (each Dagster step plans again), each read a scan of all their files.
 _SMALL_READS: dict[tuple[str, str, int, tuple[str, ...] | None], pa.Table] = {}
+_SMALL_READS_LOCK = threading.Lock()  # a daemon may evaluate sensors in threads
 SMALL_READ_CACHE_ROWS = 50_000
 SMALL_READ_CACHE_ENTRIES = 64
 
@@ -122,13 +124,15 @@ def read_small_table(path: str, columns: Sequence[str] | None = None) -> list[di
         return []
     wanted = list(columns) if columns else None
     key = (table.table_uri, table.metadata().id, table.version(), tuple(wanted) if wanted else None)
-    data = _SMALL_READS.get(key)
+    with _SMALL_READS_LOCK:
+        data = _SMALL_READS.get(key)
     if data is None:
         data = table.to_pyarrow_table(columns=wanted)
         if data.num_rows <= SMALL_READ_CACHE_ROWS:
-            if len(_SMALL_READS) >= SMALL_READ_CACHE_ENTRIES:
-                del _SMALL_READS[next(iter(_SMALL_READS))]
-            _SMALL_READS[key] = data
+            with _SMALL_READS_LOCK:
+                if len(_SMALL_READS) >= SMALL_READ_CACHE_ENTRIES:
+                    del _SMALL_READS[next(iter(_SMALL_READS))]  # the oldest entry
+                _SMALL_READS[key] = data
     return data.to_pylist()
 
 
@@ -846,9 +850,10 @@ def compact_when_fragmented(path_or_table: Any) -> bool:
     """After a commit to a small state table: bin-pack its files with delta-rs when it has become
     `fragmented` (core/maintenance.py), then checkpoint on the interval. The OPTIMIZE commit
     changes no row (its files are added with dataChange false: readers of changes, and
-    `last_data_change`, skip it) and conflicts with no append. Best effort: the data is
-    committed, a failure (a concurrent writer removed the same files) is logged and the next
-    commit tries again. `path_or_table`: the table's location, or its delta-rs table at the
+    `last_data_change`, skip it). Best effort: the data is committed, a failure (a concurrent
+    writer's commit delta-rs will not reconcile with it) is logged and the next commit tries
+    again; a manifest append that loses its version to it re-reads and retries, as it does
+    for any other writer. `path_or_table`: the table's location, or its delta-rs table at the
     version just written. True when it compacted."""
     from sessionize_assets.core.maintenance import fragmented
 
