@@ -52,7 +52,6 @@ from sessionize_assets.resources.delta import (
     compact_when_fragmented,
     create_table,
     exists,
-    optimize,
 )
 from sessionize_assets.resources.manifest_operator import OperatorActions
 from sessionize_assets.resources.manifest_table import (  # the manifest's public names, here too
@@ -230,19 +229,6 @@ class ProcessingManifest(OperatorActions):
     def state(self, item: str, now: dt.datetime | None = None) -> ItemState:
         """The item's derived state, read now (delta-rs)."""
         return derive_item_state(self.records(item), now or self.clock(), item_id=item)
-
-    def compact(self) -> None:
-        """Bin-pack the small files the records leave (one per record); retried on conflicts."""
-        self.ensure_table()
-        for attempt in range(self.max_attempts):
-            try:
-                optimize(self.spark, self.path)
-                return
-            except Exception as exc:
-                if not is_commit_conflict(exc) or attempt + 1 >= self.max_attempts:
-                    raise
-                self.conflicts += 1
-                time.sleep(0.05 + random.random() * 0.2)
 
     # ------------------------------------------------------------------ the one write path
 

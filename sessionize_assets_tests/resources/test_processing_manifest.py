@@ -285,15 +285,6 @@ def test_readers_filter_by_prefix_and_tolerate_a_missing_table(manifest, home):
     assert len(read_records(manifest.path)) == 2
 
 
-def test_compaction_keeps_every_record(manifest):
-    for i in range(3):
-        manifest.complete(manifest.lock(f"compact/{i}", "a", "r"))
-    before = sorted(r.record_id for r in read_records(manifest.path))
-    manifest.compact()
-    assert sorted(r.record_id for r in read_records(manifest.path)) == before
-    assert all(s.status is ItemStatus.PROCESSED for s in item_states(manifest.path).values())
-
-
 def test_the_manifest_compacts_itself_as_records_pile_up_and_keeps_every_record(manifest, clock):
     """Every record is a file in its bucket; the writer bin-packs them once the table is
     `fragmented`, so reads stay a few files a bucket however long the history."""
