@@ -883,9 +883,14 @@ def _driver_commit(
     state table, compacted when fragmented."""
     with faults.commit_of(path):
         committed(write, attempts=attempts)
-    checkpoint_on_interval(path)
+    try:  # the version just written, opened once for the checkpoint and the compaction
+        table = delta_table(path)
+    except Exception as error:  # noqa: BLE001 - the data is committed; both are best effort
+        logging.getLogger(__name__).warning("%s not reopened after a commit: %s", path, error)
+        return
+    checkpoint_on_interval(table)
     if compact:
-        compact_when_fragmented(path)
+        compact_when_fragmented(table)
 
 
 def _matching(
