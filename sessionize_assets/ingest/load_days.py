@@ -21,12 +21,10 @@ from sessionize_assets.core.schema import LOAD_DATE
 
 
 def _add_actions(path: str, version: int | None = None):
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
+    from sessionize_assets.resources.delta import delta_table
 
-    try:
-        table = DeltaTable(path, version=version) if version is not None else DeltaTable(path)
-    except TableNotFoundError:
+    table = delta_table(path, version)
+    if table is None:
         return None, None
     actions = table.get_add_actions(flatten=True)
     columns = actions.schema.names

@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
+import re
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -32,8 +35,9 @@ from sessionize_assets.resources.spark import arrow_frame, fetch_arrow, temporar
 # --------------------------------------------------------------------- the Delta log (delta-rs)
 
 
-def delta_table(path: str, version: int | None = None):  # noqa: ANN201 - deltalake.DeltaTable
-    """The delta-rs table at `path` (at `version` when given), or None when absent."""
+def fresh_table(path: str, version: int | None = None):  # noqa: ANN201 - deltalake.DeltaTable
+    """The delta-rs table at `path` (at `version` when given), or None when absent: opened anew,
+    for a caller that writes through it or brings it up to date (which changes its version)."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
@@ -41,6 +45,75 @@ def delta_table(path: str, version: int | None = None):  # noqa: ANN201 - deltal
         return DeltaTable(path, version=version) if version is not None else DeltaTable(path)
     except TableNotFoundError:
         return None
+
+
+# Opened tables by (log folder, version), per thread: a Delta version never changes, and one
+# command opens the same few tables over and over (a 5,000-event day opened 193 tables, 28 of
+# them `filtered_events` at 29 ms each; docs/benchmarks.md, "Session 45"). Local tables only: the
+# latest version is found by listing the log folder, and a cached version is trusted only while
+# its commit file is the one seen when it was opened (a table deleted and created again at the
+# same path has new commit files).
+SNAPSHOT_CACHE_ENTRIES = 32
+_SNAPSHOTS = threading.local()
+_COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
+
+
+def _local_log(path: str) -> str | None:
+    """The `_delta_log` folder of a table on the local file system; None for other stores."""
+    if path.startswith("file:"):
+        path = path[len("file:") :]
+        path = "/" + path.lstrip("/") if path.startswith("//") else path
+    elif "://" in path:
+        return None
+    return os.path.join(os.path.abspath(path), "_delta_log")
+
+
+def _latest_commit(log: str) -> int | None:
+    """The largest version with a commit file in `log`; None when there is none."""
+    try:
+        with os.scandir(log) as entries:
+            versions = [int(m.group(1)) for e in entries if (m := _COMMIT_FILE.match(e.name))]
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return max(versions, default=None)
+
+
+def _commit_marker(log: str, version: int) -> tuple[int, int, int] | None:
+    """What identifies the commit file of `version`: (inode, size, modification time)."""
+    try:
+        stat = os.stat(os.path.join(log, f"{version:020d}.json"))
+    except OSError:
+        return None
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+def delta_table(path: str, version: int | None = None):  # noqa: ANN201 - deltalake.DeltaTable
+    """The delta-rs table at `path` (at `version` when given), or None when absent -- to read.
+
+    A local table's version opened before in this thread is not opened again (the same object
+    is returned: callers only read it; writers use `fresh_table`). Anything unusual -- another
+    store, a version without its commit file, a cached table whose version moved -- opens anew."""
+    log = _local_log(path)
+    wanted = version if version is not None or log is None else _latest_commit(log)
+    marker = _commit_marker(log, wanted) if log is not None and wanted is not None else None
+    if marker is None:
+        return fresh_table(path, version)
+    cache: OrderedDict[tuple[str, int], tuple[Any, tuple[int, int, int]]] | None
+    cache = getattr(_SNAPSHOTS, "tables", None)
+    if cache is None:
+        cache = _SNAPSHOTS.tables = OrderedDict()
+    key = (log, wanted)
+    hit = cache.get(key)
+    if hit is not None and hit[1] == marker and hit[0].version() == wanted:
+        cache.move_to_end(key)
+        return hit[0]
+    table = fresh_table(path, wanted)
+    if table is not None and table.version() == wanted:
+        cache[key] = (table, marker)
+        cache.move_to_end(key)
+        while len(cache) > SNAPSHOT_CACHE_ENTRIES:
+            cache.popitem(last=False)
+    return table
 
 
 def delta_version(path: str) -> int | None:
@@ -858,7 +931,7 @@ def compact_when_fragmented(path_or_table: Any) -> bool:
     from sessionize_assets.core.maintenance import fragmented
 
     try:
-        table = delta_table(path_or_table) if isinstance(path_or_table, str) else path_or_table
+        table = fresh_table(path_or_table) if isinstance(path_or_table, str) else path_or_table
         if table is None:
             return False
         actions = pa.table(table.get_add_actions(flatten=True))
@@ -884,7 +957,7 @@ def _driver_commit(
     with faults.commit_of(path):
         committed(write, attempts=attempts)
     try:  # the version just written, opened once for the checkpoint and the compaction
-        table = delta_table(path)
+        table = fresh_table(path)
     except Exception as error:  # noqa: BLE001 - the data is committed; both are best effort
         logging.getLogger(__name__).warning("%s not reopened after a commit: %s", path, error)
         return
@@ -995,7 +1068,7 @@ def driver_writable(path: str, features: frozenset[str] = APPEND_FEATURES) -> An
     feature beyond `features`), else None; the columns are compared when the rows are given.
     Lets a caller skip collecting rows the driver would not write, and hand the open table to
     the write (`append_from_driver`, `replace_partitions_from_driver`: one read of the log)."""
-    table = delta_table(path)
+    table = fresh_table(path)
     return table if table is not None and plain_protocol(table, features) else None
 
 
@@ -1057,7 +1130,7 @@ def merge_from_driver(path: str, data: pa.Table, key: str, columns: Sequence[str
     quoted = {c: f's."{c}"' for c in columns}
 
     def write() -> None:
-        table = delta_table(path)
+        table = fresh_table(path)
         (
             table.merge(
                 data,

@@ -844,3 +844,49 @@ def test_add_actions_keep_only_the_columns_asked_for_that_the_log_has(tmp_path):
     assert {"min.n", "max.n", "path"} <= set(every[0])
     assert [sorted(a) for a in some] == [["num_records", "partition.d"]] * 2
     assert sorted((a["partition.d"], a["num_records"]) for a in some) == [("x", 1), ("y", 1)]
+
+
+def test_a_table_version_is_opened_once_per_thread_and_a_table_made_anew_is_opened_again(tmp_path):
+    """`delta_table` returns the version it opened before while that version's commit file is
+    the one it saw; a new commit, a table deleted and made again at the same path up to the same
+    version, another thread and a writer's `fresh_table` each get a table of their own."""
+    import shutil
+    import threading
+
+    from deltalake import write_deltalake
+
+    path = str(tmp_path / "state")
+    assert delta.delta_table(path) is None
+    write_deltalake(path, pa.table({"k": ["a"]}))
+    first = delta.delta_table(path)
+    assert delta.delta_table(path) is first and delta.delta_table(path, 0) is first
+    write_deltalake(path, pa.table({"k": ["b"]}), mode="append")
+    second = delta.delta_table(path)
+    assert second is not first and second.version() == 1 and first.version() == 0
+    assert delta.delta_table(path, 0) is first
+    assert sorted(second.to_pyarrow_table().column("k").to_pylist()) == ["a", "b"]
+
+    writer = delta.fresh_table(path)
+    assert writer is not second
+    writer.update_incremental()  # a writer's table moves; the readers' stays where it was
+    assert second.version() == 1
+
+    other: list = []
+    thread = threading.Thread(target=lambda: other.append(delta.delta_table(path)))
+    thread.start()
+    thread.join()
+    assert other[0] is not second and other[0].version() == 1
+
+    shutil.rmtree(path)
+    write_deltalake(path, pa.table({"k": ["c"]}))
+    write_deltalake(path, pa.table({"k": ["d"]}), mode="append")  # version 1 again
+    again = delta.delta_table(path)
+    assert again is not second
+    assert sorted(again.to_pyarrow_table().column("k").to_pylist()) == ["c", "d"]
+    assert delta.delta_table(path, 0).to_pyarrow_table().column("k").to_pylist() == ["c"]
+
+
+def test_only_tables_on_the_local_file_system_are_kept_open():
+    assert delta._local_log("s3a://bucket/warehouse/events") is None
+    assert delta._local_log("file:///w/events") == "/w/events/_delta_log"
+    assert delta._local_log("/w/events/") == "/w/events/_delta_log"
