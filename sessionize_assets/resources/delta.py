@@ -733,7 +733,7 @@ def merge(
     delta-rs MERGE into a table of at most as many rows (`merge_from_driver`). `rows`: the
     source's row count when the caller knows it; a larger source is then not collected."""
     columns = [c for c, _ in schema_pairs(schema)]
-    table = delta_table(path)
+    table = fresh_table(path)  # an insert-only source is appended through it (`append_if_new`)
     if table is None:
         with faults.commit_of(path):
             source.filter(~F.col("_delete")).select(*columns).write.format("delta").mode(
@@ -752,7 +752,7 @@ def merge(
 def merge_rows(spark: SparkSession, path: str, data: pa.Table, key: str, schema: str) -> None:
     """`merge` of rows the driver holds (Arrow, with `_delete`): through the driver's writers
     when the table and the rows allow it, else as Spark's MERGE of a driver-local DataFrame."""
-    table = delta_table(path)
+    table = fresh_table(path)  # an insert-only source is appended through it (`append_if_new`)
     if table is None:  # the first write: a plain write of the rows
         merge(spark, path, arrow_frame(spark, data), key, schema, rows=data.num_rows)
     elif not (

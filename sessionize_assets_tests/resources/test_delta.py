@@ -230,10 +230,12 @@ def test_a_merge_that_only_inserts_is_appended_by_the_driver(spark, tmp_path, mo
         spark.createDataFrame(before, schema).write.format("delta").save(path)
         if writer == "spark":
             monkeypatch.setattr(delta, "DRIVER_WRITE_ROWS", -1)
+        held = delta_table(path)  # a reader's table, kept open by `delta_table`
         merge(
             spark, path, spark.createDataFrame(new_rows, f"{schema}, _delete boolean"), "k", schema
         )
         monkeypatch.undo()
+        assert held.version() == 0 and delta_table(path).version() == 1  # the append's own table
         commit = delta_table(path).history(1)[0]
         assert commit["operation"] == ("WRITE" if writer == "driver" else "MERGE"), commit
         assert str(commit.get("engineInfo")).startswith("delta-rs") == (writer == "driver")
