@@ -89,6 +89,11 @@ def cmd_load(ctx: CommandContext) -> int:
 
     a = ctx.args
     # User errors before Spark starts: a wrong path, not a folder of load days, a bad duration.
+    if a.run and _json(ctx):
+        raise UserError(
+            "--run cannot be combined with --json: the JSON document describes the load only; "
+            "run `sessionize run` after the load instead."
+        )
     if a.by_load_date:
         from sessionize_assets.commands.loading import day_folders
         from sessionize_assets.core.cursor import parse_duration
@@ -126,7 +131,7 @@ def cmd_load(ctx: CommandContext) -> int:
         load(a.paths)
         if _json(ctx):
             ctx.document = json_output.load(reports, None)
-        return 0
+        return cmd_run(ctx) if a.run else 0
     from sessionize_assets.commands.loading import load_by_load_date
     from sessionize_assets.core.load_windows import LOAD_CURSOR_NAME
     from sessionize_assets.resources.cursor_store import CursorCheckpointStore
@@ -145,7 +150,7 @@ def cmd_load(ctx: CommandContext) -> int:
         ctx.document = json_output.load(reports, folders)
     else:
         _print(folders.lines())
-    return 0
+    return cmd_run(ctx) if a.run else 0
 
 
 def _exclusive(ctx: CommandContext, command: str):  # noqa: ANN202 - a context manager
@@ -408,6 +413,12 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--load-tstamp", help="load time for rows without one (ISO 8601)")
     group.add_argument(
         "--load-tstamp-from", metavar="COLUMN", help="take missing load times from this column"
+    )
+    p.add_argument(
+        "--run",
+        action="store_true",
+        help="then process everything pending, as `sessionize run` does, in this same process "
+        "(Python, Spark's session and Dagster's instance start once); the exit status is the run's",
     )
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_load)

@@ -70,6 +70,29 @@ def test_a_corrupt_sessions_log_fails_the_run_and_keeps_the_time_based_branch(tw
     assert "Traceback" not in result.stderr and "clone3" not in result.stderr, result.stderr
 
 
+def test_load_with_run_processes_what_it_loaded_in_the_same_command(two_days, tmp_path, capsys):
+    """`load --run`: the load's lines, then the run's, and the run's exit status; not with
+    --json, whose document describes a load alone."""
+    home = tmp_path / "home"
+    shutil.copytree(two_days[0], home)
+    folder = str(two_days[1] / "load_date=2024-03-03")
+    args = ["--home", str(home), *_now(4), "load", folder, "--load-tstamp-from", "load_tstamp"]
+    refused = main([*args, "--run", "--json"])
+    captured = capsys.readouterr()
+    assert refused == 2 and "--run cannot be combined with --json" in captured.err
+    assert "loaded" not in captured.out  # refused before anything was loaded
+
+    code = main([*args, "--run"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.index(f"loaded {folder}") < out.index("total: read") < out.index("Summary:")
+    assert _last_line(out) == (
+        "Summary: time-based branch: succeeded; session-based branch: succeeded"
+    )
+    actions = pa.table(DeltaTable(Home(home).table(FILTERED_EVENTS)).get_add_actions(flatten=True))
+    assert "2024-03-03" in {str(d) for d in actions.to_pydict()["partition.load_date"]}
+
+
 def test_a_planted_difference_makes_verify_exit_1(two_days, tmp_path, capsys):
     home = tmp_path / "home"
     shutil.copytree(two_days[0], home)
