@@ -10,7 +10,7 @@ from delta.tables import DeltaTable
 from sessionize_assets.commands.sessions import run_sessions, status_sessions, verify_sessions
 from sessionize_assets.core.run_limits import PackageState
 from sessionize_assets.home import Home
-from sessionize_assets.resources.delta import delta_table, read_small_table
+from sessionize_assets.resources.delta import fresh_table, read_small_table
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark_resource import SparkDeltaResource
 from sessionize_assets.resources.tables import (
@@ -192,7 +192,7 @@ def test_verify_replays_id_modes_memory_from_the_recorded_runs(spark, home):
     # A VACUUM that deletes files of filtered_events: old versions may have lost theirs, so no
     # replay now; the memory is taken as given, which agrees with the bug, and the report says why.
     # (delta-rs's VACUUM, which records its commits as Spark's does: milliseconds, not a minute.)
-    vacuum = delta_table(Home(home).table(FILTERED_EVENTS)).vacuum(
+    vacuum = fresh_table(Home(home).table(FILTERED_EVENTS)).vacuum(
         retention_hours=0, enforce_retention_duration=False, dry_run=False
     )
     assert vacuum, "the first write's file was to be deleted"

@@ -23,7 +23,7 @@ def merged_by_delta_rs(path: str) -> str:
     from deltalake import write_deltalake
 
     write_deltalake(path, pa.table({"k": ["a", "b"], "v": [1, 2]}))
-    delta.delta_table(path).merge(
+    delta.fresh_table(path).merge(
         pa.table({"k": ["a", "c"], "v": [5, 6]}),
         predicate="t.k = s.k",
         source_alias="s",
@@ -263,7 +263,7 @@ def test_a_merge_that_only_inserts_is_appended_by_the_driver(spark, tmp_path, mo
     assert delta.read_small_table(path, ["k"]) and {
         r["k"] for r in delta.read_small_table(path, ["k"])
     } >= {"h1", "h2", "h3"}
-    table = delta_table(path)
+    table = delta.fresh_table(path)
     version = table.version()
     rows = pa.table(
         {
@@ -277,17 +277,17 @@ def test_a_merge_that_only_inserts_is_appended_by_the_driver(spark, tmp_path, mo
     spark.createDataFrame([("y", 9, at)], schema).write.format("delta").mode("append").save(path)
     assert not append_if_new(table, rows, "k")
     assert delta_table(path).version() == version + 1
-    assert append_if_new(delta_table(path), rows, "k")
+    assert append_if_new(delta.fresh_table(path), rows, "k")
     assert spark.read.format("delta").load(path).filter(F.col("k") == "z").count() == 1
     # A new key whose value has another type than the table's column: not appended.
     other = rows.set_column(0, "k", pa.array(["x"])).set_column(1, "v", pa.array([1], pa.int32()))
-    assert not append_if_new(delta_table(path), other, "k")
-    assert append_if_new(delta_table(path), rows.set_column(0, "k", pa.array(["x"])), "k")
+    assert not append_if_new(delta.fresh_table(path), other, "k")
+    assert append_if_new(delta.fresh_table(path), rows.set_column(0, "k", pa.array(["x"])), "k")
     # A file delta-rs's MERGE wrote (its strings are string_views) is searched as well.
     path = merged_by_delta_rs(str(tmp_path / "views"))
     for k, appended in (("c", False), ("d", True)):
         row = pa.table({"k": [k], "v": [7], "_delete": [False]})
-        assert append_if_new(delta_table(path), row, "k") == appended, k
+        assert append_if_new(delta.fresh_table(path), row, "k") == appended, k
     assert sorted(r["k"] for r in delta.read_small_table(path)) == ["a", "b", "c", "d"]
 
 
