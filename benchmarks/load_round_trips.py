@@ -49,7 +49,7 @@ def one_round(url: str, settings: Any, path: Path, answers: list[Any] | None) ->
     client = spark.client
     ask = client.schema
     recorded: list[Any] = []
-    lookups = {"asked": 0, "answered_on_client": 0}
+    lookups = {"asked": 0, "answered_on_client": 0, "asked_s": 0.0}
 
     def schema(plan: Any) -> Any:
         index = len(recorded)
@@ -60,7 +60,6 @@ def one_round(url: str, settings: Any, path: Path, answers: list[Any] | None) ->
         started = time.perf_counter()
         answer = ask(plan)
         lookups["asked"] += 1
-        lookups.setdefault("asked_s", 0.0)
         lookups["asked_s"] = round(lookups["asked_s"] + time.perf_counter() - started, 3)
         recorded.append(answer)
         return answer
