@@ -321,6 +321,19 @@ class VerifyResult:
         return lines
 
 
+def small_history(events_path: str) -> bool:
+    """Whether `verify` recomputes under the small-query configuration (interpreted, without
+    adaptive execution): `events` holds at most `sessions.frames.SMALL_RUN_ROWS` rows by its
+    Delta log. A missing table or a file without a row count is not small."""
+    from sessionize_assets.resources.delta import delta_table, exists, live_rows
+    from sessionize_assets.sessions.frames import small_run
+
+    if not exists(events_path):
+        return False
+    rows = live_rows(delta_table(events_path))
+    return rows is not None and small_run(rows)
+
+
 def verify_reports(ctx: CommandContext, replay: bool | None = None) -> VerifyResult:
     """Every incremental table against a recompute (`replay`: id mode's memory replayed from the
     recorded runs; None: the command's `--replay`). A branch whose tables cannot be read raises
@@ -330,11 +343,16 @@ def verify_reports(ctx: CommandContext, replay: bool | None = None) -> VerifyRes
     from sessionize_assets.commands.sessions import verify_sessions
     from sessionize_assets.commands.time_based import verify_time_based
     from sessionize_assets.resources.delta import data_skipping_when_it_pays
+    from sessionize_assets.resources.spark import small_query_conf
 
     lake = _lake(ctx)
     log_file = str(ctx.home.root / "logs" / "engine.log")
     largest = [lake.table(t) for t in ("events", "filtered_events", "sessions")]
-    with data_skipping_when_it_pays(ctx.spark, largest, ctx.settings.spark):
+    small = small_history(lake.table("events"))
+    with (
+        data_skipping_when_it_pays(ctx.spark, largest, ctx.settings.spark),
+        small_query_conf(ctx.spark, small),
+    ):
         time_based = _verified(
             "time-based branch", lambda: verify_time_based(lake, ctx.spark), log_file
         )

@@ -259,3 +259,25 @@ def comparable(df: DataFrame) -> DataFrame:
         for f in df.schema.fields
     ]
     return df.select(*cols)
+
+
+def multiset_differences(stored: DataFrame, recomputed: DataFrame, key: str) -> DataFrame:
+    """(`key`, only_stored, only_recomputed) for each value of `key` where the two frames differ:
+    how many of `stored`'s rows the recompute lacks and how many of the recompute's rows `stored`
+    lacks, copies counted (what `exceptAll` each way, grouped by `key`, counts). One aggregation
+    over both frames (`comparable` ones: no map columns), so each side is computed once; two
+    `exceptAll`s computed the recompute twice."""
+    side = "_verify_side"
+    columns = stored.columns
+    both = stored.withColumn(side, F.lit(1)).unionByName(
+        recomputed.select(*columns).withColumn(side, F.lit(-1))
+    )
+    excess = both.groupBy(*columns).agg(F.sum(side).alias("_excess"))
+    return (
+        excess.filter(F.col("_excess") != 0)
+        .groupBy(key)
+        .agg(
+            F.sum(F.greatest(F.col("_excess"), F.lit(0))).alias("only_stored"),
+            F.sum(F.greatest(-F.col("_excess"), F.lit(0))).alias("only_recomputed"),
+        )
+    )

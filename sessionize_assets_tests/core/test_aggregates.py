@@ -6,7 +6,12 @@ import datetime as dt
 
 import pytest
 
-from sessionize_assets.core.aggregates import BASE_COLUMNS, attribute_column, daily_aggregates
+from sessionize_assets.core.aggregates import (
+    BASE_COLUMNS,
+    attribute_column,
+    daily_aggregates,
+    multiset_differences,
+)
 from sessionize_assets.core.filtering import kept_rows, mark_rows
 from sessionize_assets.settings import AttributeDefinition
 from sessionize_assets_tests.core.test_filtering import event, events_frame
@@ -198,3 +203,42 @@ def test_the_drivers_daily_aggregates_refuse_a_user_column_that_is_not_a_string(
     rows = pa.table({"user_number": pa.array([1], pa.int64())})
     with pytest.raises(TypeError, match="user_number"):
         daily_aggregates_from_rows(rows, ["user_number"], {}, dt.datetime.now(dt.UTC))
+
+
+def test_multiset_differences_count_what_except_all_counts_each_way(spark) -> None:
+    """One aggregation gives, per key, what `exceptAll` each way grouped by the key counts:
+    copies counted (a row stored twice and recomputed once is one row only stored), nulls equal
+    to nulls, keys that agree left out."""
+    schema = "day string, user string, n int"
+    stored = spark.createDataFrame(
+        [
+            ("d1", "a", 1),
+            ("d1", "a", 1),  # one copy too many
+            ("d1", None, 2),  # equal, null included
+            ("d2", "b", 3),  # differs in n
+            ("d3", "c", 4),  # equal
+            ("d4", "e", 5),  # only stored
+        ],
+        schema,
+    )
+    recomputed = spark.createDataFrame(
+        [
+            ("d1", "a", 1),
+            ("d1", None, 2),
+            ("d2", "b", 30),
+            ("d3", "c", 4),
+            ("d5", "f", 6),  # only recomputed
+            ("d5", "f", 6),
+        ],
+        schema,
+    ).select("n", "user", "day")  # another column order: matched by name
+    found = {
+        r["day"]: (r["only_stored"], r["only_recomputed"])
+        for r in multiset_differences(stored, recomputed, "day").collect()
+    }
+    expected = {}
+    for frame, other, side in ((stored, recomputed, 0), (recomputed, stored, 1)):
+        for r in frame.exceptAll(other.select(*frame.columns)).groupBy("day").count().collect():
+            expected.setdefault(r["day"], [0, 0])[side] = r["count"]
+    assert found == {day: tuple(counts) for day, counts in expected.items()}
+    assert found == {"d1": (1, 0), "d2": (1, 1), "d4": (1, 0), "d5": (0, 2)}
