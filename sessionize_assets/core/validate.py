@@ -85,31 +85,43 @@ def canonicalize(df: DataFrame) -> DataFrame:
     """Add the required columns that are missing (null) and type the canonical ones.
 
     Canonical non-timestamp columns become strings; timestamp columns keep their raw text in
-    `_raw_<name>` until validation decides, then are dropped.
+    `_raw_<name>` until validation decides, then are dropped. Each stage is one projection over
+    all the columns it touches (a `withColumn` per column nested some 30 projections, each
+    analyzed again).
     """
-    for name in REQUIRED_COLUMNS:
-        if name not in df.columns:
-            df = df.withColumn(name, F.lit(None).cast("string"))
+    present = set(df.columns)
+    missing = {name: F.lit(None).cast("string") for name in REQUIRED_COLUMNS if name not in present}
     for name in TIMESTAMP_COLUMNS:
-        if name not in df.columns:
-            df = df.withColumn(name, F.lit(None).cast("timestamp"))
+        if name not in present and name not in missing:
+            missing[name] = F.lit(None).cast("timestamp")
+    if missing:
+        df = df.withColumns(missing)
     types = dict(df.dtypes)
-    for name in REQUIRED_COLUMNS:
-        if name not in TIMESTAMP_COLUMNS and types.get(name) != "string":
-            df = df.withColumn(name, F.col(name).cast("string"))
+    casts = {
+        name: F.col(name).cast("string")
+        for name in REQUIRED_COLUMNS
+        if name not in TIMESTAMP_COLUMNS and types.get(name) != "string"
+    }
+    if casts:
+        df = df.withColumns(casts)
+    raws: dict[str, Column] = {}
+    norms: dict[str, Column] = {}
+    parsed: dict[str, Column] = {}
     for name in TIMESTAMP_COLUMNS:
         raw = F.col(name)
         if types.get(name) == "timestamp":
-            df = df.withColumn(f"_raw_{name}", raw.cast("string"))
+            raws[f"_raw_{name}"] = raw.cast("string")
             continue
         blank = raw.isNull() | (F.trim(raw.cast("string")) == "")
-        df = df.withColumn(f"_raw_{name}", F.when(blank, F.lit(None)).otherwise(raw.cast("string")))
+        raws[f"_raw_{name}"] = F.when(blank, F.lit(None)).otherwise(raw.cast("string"))
         # Normalized once into its own column, then parsed with every format: the formats read
         # the column, not a copy of the regular expressions each (which outgrows Java's 64 KB
         # method limit in generated code).
-        norm = f"_norm_{name}"
-        df = df.withColumn(norm, normalize_timestamp_text(F.trim(F.col(f"_raw_{name}"))))
-        df = df.withColumn(name, parse_normalized(F.col(norm))).drop(norm)
+        norms[f"_norm_{name}"] = normalize_timestamp_text(F.trim(F.col(f"_raw_{name}")))
+        parsed[name] = parse_normalized(F.col(f"_norm_{name}"))
+    df = df.withColumns(raws)
+    if norms:
+        df = df.withColumns(norms).withColumns(parsed).drop(*norms)
     return df
 
 
