@@ -2,7 +2,7 @@
 # One entry point for a fresh clone: installs what it needs (idempotently), then runs.
 #   bash scripts/dev.sh demo [args]   set up, then run the demo end to end on the embedded default
 #   bash scripts/dev.sh test [args]   set up, then lint and run the test suite
-#   bash scripts/dev.sh setup         only set up: .venv with pinned packages + Delta jars
+#   bash scripts/dev.sh setup         only set up: .venv with pinned packages, Delta jars, class archive
 #   bash scripts/dev.sh ui [args]     set up, then the Dagster UI on the demo home
 #   bash scripts/dev.sh bench [args]  set up, then the benchmarks (python -m benchmarks.run)
 set -euo pipefail
@@ -40,6 +40,15 @@ setup() {
   fi
   # Delta Lake jars from Maven Central into ~/.cache/sessionize_assets/jars (skipped when present).
   "$venv/bin/python" -m sessionize_assets.jars >/dev/null
+  # The JVM's class archive beside the jars (skipped when present; SESSIONIZE_CLASS_ARCHIVE=off
+  # skips it): every later Spark start maps it instead of loading Spark's classes one by one.
+  if [ "${SESSIONIZE_CLASS_ARCHIVE:-}" != off ] && ! "$venv/bin/python" -c 'import sys
+from sessionize_assets.class_archive import archive_path
+path = archive_path()
+sys.exit(0 if path is None or path.is_file() else 1)'; then
+    echo "setup: building the JVM class archive (once, about two minutes)" >&2
+    "$venv/bin/python" -m sessionize_assets.class_archive >/dev/null 2>&1 || true
+  fi
 }
 
 command="${1:-}"

@@ -8,7 +8,10 @@ import os
 import re
 from collections.abc import Mapping
 
+from sessionize_assets.class_archive import driver_options, names_archive
 from sessionize_assets.jars import delta_jar_paths
+
+DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
 
 # Defaults for the embedded engine. Every key can be overridden by the `spark` setting, so the
 # same code runs on a cluster by configuration alone (`spark.master: spark://host:7077`).
@@ -61,7 +64,7 @@ def spark_conf(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
     """The effective Spark settings: defaults, the Delta jars, then the user's overrides."""
     conf = dict(DEFAULT_SPARK_CONF)
     if environment_names_a_collector():
-        conf.pop("spark.driver.extraJavaOptions")
+        conf.pop(DRIVER_OPTIONS)
     jars = ",".join(str(p) for p in delta_jar_paths())
     conf["spark.jars"] = jars
     for key, value in (overrides or {}).items():
@@ -69,4 +72,18 @@ def spark_conf(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
             conf[key] = f"{jars},{value}"
         else:
             conf[key] = str(value)
+    return with_class_archive(conf)
+
+
+def with_class_archive(conf: dict[str, str]) -> dict[str, str]:
+    """`conf` with the driver's JVM mapping set-up's class archive (`class_archive`), added to
+    whatever `spark.driver.extraJavaOptions` holds (the default's or the user's): unless those
+    options, or the environment's, already say how to share classes, or there is no archive."""
+    options = conf.get(DRIVER_OPTIONS, "")
+    environment = " ".join(os.environ.get(v, "") for v in JVM_OPTION_VARIABLES)
+    if names_archive(options) or names_archive(environment):
+        return conf
+    archive = driver_options()
+    if archive:
+        conf[DRIVER_OPTIONS] = f"{options} {archive}".strip()
     return conf

@@ -19,10 +19,13 @@ def test_session_has_delta_utc_and_user_overrides(spark):
     assert conf["spark.databricks.delta.properties.defaults.enableDeletionVectors"] == "false"
 
 
-def test_the_driver_jvm_runs_the_throughput_collector_unless_the_user_names_options():
+def test_the_driver_jvm_runs_the_throughput_collector_unless_the_user_names_options(monkeypatch):
     """The embedded engine and the warm engine's server both launch their JVM with
-    `spark.driver.extraJavaOptions`; a user's value replaces the default whole."""
+    `spark.driver.extraJavaOptions`; a user's value replaces the default whole (the class
+    archive's options, added to either, are tested in test_class_archive.py)."""
     from sessionize_assets.resources import engine
+
+    monkeypatch.setenv("SESSIONIZE_CLASS_ARCHIVE", "off")
 
     assert spark_conf()["spark.driver.extraJavaOptions"] == "-XX:+UseParallelGC"
     command = engine._command(None, 15002)
@@ -34,6 +37,7 @@ def test_the_driver_jvm_runs_the_throughput_collector_unless_the_user_names_opti
 
 def test_a_collector_named_in_the_environment_leaves_the_default_out(monkeypatch):
     """Two collectors stop the JVM before it starts: the environment's wins."""
+    monkeypatch.setenv("SESSIONIZE_CLASS_ARCHIVE", "off")
     for variable in JVM_OPTION_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-Xss4m")
