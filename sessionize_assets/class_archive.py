@@ -4,8 +4,8 @@ later start of the embedded engine, the warm engine's server and the tests' Spar
 A JVM that starts Spark and Delta loads and verifies some 15,000 classes from the jars. Java 17
 can write the classes a run loaded into an archive when it exits (`-XX:ArchiveClassesAtExit`) and
 map that archive at a later start (`-XX:SharedArchiveFile`), which skips parsing and verifying
-them. Measured on the demo's home (docs/benchmarks.md, "Session 46"): Spark's start 6.8-7.3 s
-instead of 11.0-11.5 s, and its first Delta query 13.8-14.9 s instead of 16.3-18.2 s.
+them. Measured (`python -m benchmarks.class_archive`; docs/benchmarks.md, "Session 46"): Spark's
+start 5.8-6.2 s instead of 8.9-9.3 s, its first Delta write 6.4-6.8 s instead of 8.9-9.6 s.
 
 The archive belongs to one JVM build and one set of Spark jars (the JVM itself refuses an archive
 whose class path or jars changed, and then starts without it): its file name carries a
@@ -145,14 +145,17 @@ def _run_workload(work: str) -> int:
 
     from sessionize_assets.cli import leave, main
 
-    status = main(["--home", str(Path(work) / "home"), *WORKLOAD])
-    context, gateway = SparkContext._active_spark_context, SparkContext._gateway
-    if context is not None:
-        context.stop()
-    process = getattr(gateway, "proc", None)
-    if process is not None:
-        process.stdin.close()  # the JVM exits when its standard input closes
-        process.wait(timeout=600)
+    status = 1
+    try:
+        status = main(["--home", str(Path(work) / "home"), *WORKLOAD])
+    finally:  # also after a failure: `build` must not take a half-written archive
+        context, gateway = SparkContext._active_spark_context, SparkContext._gateway
+        if context is not None:
+            context.stop()
+        process = getattr(gateway, "proc", None)
+        if process is not None:
+            process.stdin.close()  # the JVM exits when its standard input closes
+            process.wait(timeout=600)
     leave(status)
 
 
