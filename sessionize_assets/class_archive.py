@@ -135,7 +135,24 @@ def build(quiet: bool = True) -> Path | None:
         staged = path.with_suffix(f".{os.getpid()}.part")
         shutil.move(str(partial), staged)
         staged.replace(path)  # another set-up's archive of the same fingerprint is as good
+    spark_jars = _spark_jars()
+    path.with_suffix(".source").write_text(f"{spark_jars}\n")
+    prune(path.parent)
     return path
+
+
+def prune(folder: Path) -> list[Path]:
+    """Delete the archives whose Spark jars folder is gone (a removed clone's `.venv`: each
+    weighs about 200 MB); returns them. An archive without its `.source` file is kept."""
+    removed = []
+    for source in folder.glob("*.source"):
+        jars = source.read_text().strip()
+        if jars and not Path(jars).is_dir():
+            archive = source.with_suffix(".jsa")
+            archive.unlink(missing_ok=True)
+            source.unlink(missing_ok=True)
+            removed.append(archive)
+    return removed
 
 
 def _run_workload(work: str) -> int:

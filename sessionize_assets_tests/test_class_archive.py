@@ -100,3 +100,21 @@ def test_the_tests_jvm_maps_the_archive_set_up_built(spark):
         jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
     )
     assert diagnostics.getVMOption("UseSharedSpaces").getValue() == "true"
+
+
+def test_archives_of_a_spark_jars_folder_that_is_gone_are_deleted(tmp_path):
+    """A removed clone's `.venv` leaves its archive behind; the next build deletes it."""
+    folder = tmp_path / "class-archives"
+    folder.mkdir()
+    live_jars = tmp_path / "venv" / "jars"
+    live_jars.mkdir(parents=True)
+    for name, jars in (("live", live_jars), ("gone", tmp_path / "removed" / "jars")):
+        (folder / f"spark-{name}.jsa").write_bytes(b"archive")
+        (folder / f"spark-{name}.source").write_text(f"{jars}\n")
+    (folder / "spark-unknown.jsa").write_bytes(b"archive")  # no .source: kept
+    assert class_archive.prune(folder) == [folder / "spark-gone.jsa"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "spark-live.jsa",
+        "spark-live.source",
+        "spark-unknown.jsa",
+    ]
