@@ -42,13 +42,8 @@ setup() {
   "$venv/bin/python" -m sessionize_assets.jars >/dev/null
   # The JVM's class archive beside the jars (skipped when present; SESSIONIZE_CLASS_ARCHIVE=off
   # skips it): every later Spark start maps it instead of loading Spark's classes one by one.
-  if [ "${SESSIONIZE_CLASS_ARCHIVE:-}" != off ] && ! "$venv/bin/python" -c 'import sys
-from sessionize_assets.class_archive import archive_path
-path = archive_path()
-sys.exit(0 if path is None or path.is_file() else 1)'; then
-    echo "setup: building the JVM class archive (once, about two minutes)" >&2
-    "$venv/bin/python" -m sessionize_assets.class_archive >/dev/null 2>&1 || true
-  fi
+  # It says on standard error when it builds; a failed build only leaves the JVMs as they were.
+  "$venv/bin/python" -m sessionize_assets.class_archive >/dev/null || true
 }
 
 command="${1:-}"

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 from sessionize_assets.jars import jars_dir
 
@@ -155,7 +156,7 @@ def prune(folder: Path) -> list[Path]:
     return removed
 
 
-def _run_workload(work: str) -> int:
+def _run_workload(work: str) -> NoReturn:
     """`WORKLOAD` in `work`, then the JVM stopped and waited for: it writes the archive as it
     exits, which `sessionize` itself would not wait for."""
     from pyspark import SparkContext
@@ -179,5 +180,8 @@ def _run_workload(work: str) -> int:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--workload"]:
         _run_workload(sys.argv[2])
-    built = build(quiet=False)
+    wanted = archive_path()
+    if os.environ.get(SWITCH_ENV, "").lower() != "off" and wanted and not wanted.is_file():
+        print("setup: building the JVM class archive (once, about two minutes)", file=sys.stderr)
+    built = build()
     print(built if built is not None else "no class archive (turned off or not built)")
