@@ -616,6 +616,34 @@ def test_warmup_summary_takes_later_rounds_as_the_warm_reference() -> None:
     assert summarize([{"read": 1.0}])["read"]["warm_up_s"] is None
 
 
+def test_rebuild_write_summary_leaves_out_the_first_write_of_the_process() -> None:
+    from benchmarks.rebuild_write import summarize
+
+    def record(variant: str, write_s: float, read_s: float, size: int) -> dict[str, object]:
+        return {"variant": variant, "write_s": write_s, "read_s": read_s, "bytes": size, "files": 3}
+
+    records = [
+        record("base", 30.0, 3.0, 10),
+        record("writers", 20.0, 2.0, 11),
+        record("base", 14.0, 1.0, 10),
+        record("writers", 12.0, 1.5, 11),
+        record("base", 16.0, 2.0, 12),
+        record("writers", 10.0, 2.5, 13),
+    ]
+    summary = summarize(records)
+    assert summary["base"] == {
+        "writes": 2,
+        "write_s_median": 15.0,
+        "read_s_median": 1.5,
+        "bytes": 12,
+        "files": 3,
+    }
+    assert summary["writers"]["writes"] == 3
+    assert summary["writers"]["write_s_median"] == 12.0
+    assert summary["writers"]["bytes"] == 13
+    assert summarize(records[:1])["base"]["write_s_median"] is None
+
+
 def test_a_jvm_spawn_in_flight_is_not_counted_twice(tmp_path: Path) -> None:
     """A JVM's child that has not exec'd yet shares the JVM's memory (Hadoop's `chmod`, started
     by posix_spawn): the memory sampler leaves it out, and keeps a child that has exec'd.
