@@ -38,6 +38,28 @@ def _overwrite(df: DataFrame, path: str, partition: str | None = None) -> None:
     writer.save(path)
 
 
+def kept_filtered_events(spark: SparkSession, events_path: str, settings: Any) -> DataFrame:
+    """filtered_events recomputed from every load day of the `events` table at `events_path`."""
+    from sessionize_assets.core import filtering
+
+    # Nothing is cached at full width: marking reads `events`' keys once (two columns, one
+    # shuffle) and its rows once for the write; the aggregates and the sessions each read the few
+    # columns of `filtered_events` they use. Caching the whole tables (before session 14) spilled
+    # gigabytes to disk at 6 M rows and made the rebuild slower.
+    events = spark.read.format("delta").load(events_path)
+    # Every load day at once: same-day copies are ranked, copies of earlier load days matched
+    # within dedupe_lookback_days (filtering.mark_rows over all rows).
+    marked = filtering.mark_rows(
+        events,
+        events,
+        settings.dedupe_lookback_days,
+        settings.app_ids,
+        settings.event_names,
+        settings.start_date,
+    )
+    return filtering.kept_rows(marked)
+
+
 def rebuild(
     spark: SparkSession, warehouse: Path, settings: Any, now: dt.datetime
 ) -> dict[str, Any]:
@@ -45,7 +67,6 @@ def rebuild(
     seconds each table took."""
     from sessionize_assets.core import aggregates as agg
     from sessionize_assets.core import attributes as attrs
-    from sessionize_assets.core import filtering
     from sessionize_assets.core import sessionize as core
     from sessionize_assets.core.schema import EVENT_DATE
 
@@ -59,24 +80,13 @@ def rebuild(
         write()
         seconds[name] = round(time.perf_counter() - started, 3)
 
-    # Nothing is cached at full width: marking reads `events`' keys once (two columns, one
-    # shuffle) and its rows once for the write; the aggregates and the sessions each read the few
-    # columns of `filtered_events` they use. Caching the whole tables (before session 14) spilled
-    # gigabytes to disk at 6 M rows and made the rebuild slower.
-    events = spark.read.format("delta").load(table("events"))
-    # Every load day at once: same-day copies are ranked, copies of earlier load days matched
-    # within dedupe_lookback_days (filtering.mark_rows over all rows).
-    marked = filtering.mark_rows(
-        events,
-        events,
-        settings.dedupe_lookback_days,
-        settings.app_ids,
-        settings.event_names,
-        settings.start_date,
-    )
     timed(
         "filtered_events",
-        lambda: _overwrite(filtering.kept_rows(marked), table("filtered_events"), EVENT_DATE),
+        lambda: _overwrite(
+            kept_filtered_events(spark, table("events"), settings),
+            table("filtered_events"),
+            EVENT_DATE,
+        ),
     )
     filtered = spark.read.format("delta").load(table("filtered_events"))
     daily = agg.daily_aggregates(filtered, settings.user_identifier, settings.attributes)

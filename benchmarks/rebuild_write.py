@@ -76,8 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown variants {unknown}; known: {sorted(VARIANTS)}")
 
-    from benchmarks.rebuild import _overwrite
-    from sessionize_assets.core import filtering
+    from benchmarks.rebuild import _overwrite, kept_filtered_events
     from sessionize_assets.core.schema import EVENT_DATE
     from sessionize_assets.home import Home
     from sessionize_assets.resources.spark import get_spark
@@ -87,15 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     home = Home(Path(args.home).resolve())
     settings = load_settings(home.root, args.config, today=now.date())
     spark = get_spark(settings.spark)
-    events = spark.read.format("delta").load(home.table("events"))
-    marked = filtering.mark_rows(
-        events,
-        events,
-        settings.dedupe_lookback_days,
-        settings.app_ids,
-        settings.event_names,
-        settings.start_date,
-    )
+    kept = kept_filtered_events(spark, home.table("events"), settings)
     scratch = home.root / "rebuild-write-scratch"
     records: list[dict[str, Any]] = []
     try:
@@ -106,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     spark.conf.set(key, value)
                 shutil.rmtree(scratch, ignore_errors=True)
                 started = time.perf_counter()
-                _overwrite(filtering.kept_rows(marked), str(scratch), EVENT_DATE)
+                _overwrite(kept, str(scratch), EVENT_DATE)
                 write_s = time.perf_counter() - started
                 for key in conf:
                     spark.conf.unset(key)
@@ -130,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = {
         "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "home": str(home.root),
-        "rows": events.count(),
+        "rows_written": kept.count(),
         "variants": {v: VARIANTS[v] for v in variants},
         "records": records,
         "summary": summarize(records),
