@@ -110,11 +110,11 @@ WORKLOAD = ["demo", "--days", "2", "--events-per-day", "300"]
 a run of both branches and a verify."""
 
 
-def build(quiet: bool = True) -> Path | None:
+def build(quiet: bool = True, announce: bool = False) -> Path | None:
     """Build the archive unless it exists (idempotent): `WORKLOAD` in a temporary home, in a
     process whose JVM archives the classes it loaded when it exits. Returns the archive, or None
     when it is turned off or could not be built (every JVM then starts as before: the archive
-    only saves time)."""
+    only saves time). `announce`: say on standard error when a build starts."""
     if os.environ.get(SWITCH_ENV, "").lower() == "off":
         return None
     path = archive_path()
@@ -123,6 +123,8 @@ def build(quiet: bool = True) -> Path | None:
     if path.is_file():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
+    if announce:
+        print("setup: building the JVM class archive (once, about two minutes)", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="sessionize-class-archive-") as work:
         partial = Path(work) / "spark.jsa"
         env = {**os.environ, BUILD_ENV: str(partial)}
@@ -180,8 +182,5 @@ def _run_workload(work: str) -> NoReturn:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--workload"]:
         _run_workload(sys.argv[2])
-    wanted = archive_path()
-    if os.environ.get(SWITCH_ENV, "").lower() != "off" and wanted and not wanted.is_file():
-        print("setup: building the JVM class archive (once, about two minutes)", file=sys.stderr)
-    built = build()
+    built = build(announce=True)
     print(built if built is not None else "no class archive (turned off or not built)")

@@ -71,14 +71,16 @@ def test_the_driver_maps_the_archive_only_when_set_up_built_it(fake_jvm_and_spar
 
 
 def test_build_keeps_an_archive_it_has_and_makes_none_when_the_workload_fails(
-    fake_jvm_and_spark, monkeypatch
+    fake_jvm_and_spark, monkeypatch, capsys
 ):
     archive = class_archive.archive_path()
     monkeypatch.setattr(sys, "executable", "/bin/false")  # the archiving run fails at once
-    assert class_archive.build() is None
+    assert class_archive.build(announce=True) is None
+    assert "building the JVM class archive" in capsys.readouterr().err  # set-up says why it waits
     assert not archive.exists() and not list(archive.parent.glob("*.part"))
     archive.write_bytes(b"archive")
-    assert class_archive.build() == archive  # present: no run at all (false would fail it)
+    assert class_archive.build(announce=True) == archive  # present: no run (false would fail it)
+    assert capsys.readouterr().err == ""  # and nothing said
     monkeypatch.setenv(class_archive.SWITCH_ENV, "off")
     assert class_archive.build() is None
 
