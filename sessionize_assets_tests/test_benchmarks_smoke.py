@@ -620,7 +620,14 @@ def test_rebuild_write_summary_leaves_out_the_first_write_of_the_process() -> No
     from benchmarks.rebuild_write import summarize
 
     def record(variant: str, write_s: float, read_s: float, size: int) -> dict[str, object]:
-        return {"variant": variant, "write_s": write_s, "read_s": read_s, "bytes": size, "files": 3}
+        return {
+            "variant": variant,
+            "write_s": write_s,
+            "read_s": read_s,
+            "rows": 7,
+            "bytes": size,
+            "files": 3,
+        }
 
     records = [
         record("base", 30.0, 3.0, 10),
@@ -635,6 +642,7 @@ def test_rebuild_write_summary_leaves_out_the_first_write_of_the_process() -> No
         "writes": 2,
         "write_s_median": 15.0,
         "read_s_median": 1.5,
+        "rows": 7,
         "bytes": 12,
         "files": 3,
     }
