@@ -163,7 +163,7 @@ def _nulls_last(value: Any) -> tuple:
 
 
 def _copy_order(row: Mapping[str, Any]) -> tuple:
-    """`core.sessionize._dedupe`'s order of the copies of one key, each column nulls last."""
+    """`core.sessionize._copy_order` of the copies of one key, each column nulls last."""
     return tuple(
         _nulls_last(row[c])
         for c in (
@@ -180,7 +180,7 @@ def _copy_order(row: Mapping[str, Any]) -> tuple:
 
 
 def dedupe(events: Iterable[Row]) -> tuple[list[Row], list[Row]]:
-    """gap mode's `_dedupe` on (user, event_id, derived_tstamp): the first copy of each key is
+    """gap mode's copies of a (user, event_id, derived_tstamp) key: the first copy of each key is
     kept; the others are returned as PREPARED_COLUMNS with REASON `duplicate event_id`."""
     groups: dict[tuple, list[Row]] = defaultdict(list)
     for e in events:

@@ -28,7 +28,7 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
 from sessionize_assets.core.lifecycle import AFTER_MAX_SESSION_DAYS, QUARANTINED_SESSION, Case
@@ -239,27 +239,48 @@ def usable(prepared: DataFrame, settings: Settings) -> DataFrame:
     return prepared.filter(exclusion_reason(settings).isNull())
 
 
-def _dedupe(events: DataFrame, keys: Sequence[str]) -> tuple[DataFrame, DataFrame]:
-    """Keep the first copy of each key (by session timestamp, creation time, then every column
-    sessionization reads, so the choice never depends on how the rows were read)."""
-    order = [
-        F.col(SESSION_TS).asc_nulls_last(),
-        F.col("dvce_created_tstamp").asc_nulls_last(),
-        F.col("derived_tstamp").asc_nulls_last(),
-        F.col("event_name").asc_nulls_last(),
-        F.col("page_url").asc_nulls_last(),
-        F.col(USER_KEY).asc_nulls_last(),
-        F.col(SESSION_KEY).asc_nulls_last(),
-        F.col(TIE_BREAK).asc_nulls_last(),
+COPY = "_copy"
+
+
+def _copy_order(*constant: str) -> list[Column]:
+    """The order of the copies of one key, the copy kept first (by session timestamp, creation
+    time, then every column sessionization reads, so the choice never depends on how the rows
+    were read), without the columns the key holds constant."""
+    return [
+        F.col(c).asc_nulls_last()
+        for c in (
+            SESSION_TS,
+            "dvce_created_tstamp",
+            "derived_tstamp",
+            "event_name",
+            "page_url",
+            USER_KEY,
+            SESSION_KEY,
+            TIE_BREAK,
+        )
+        if c not in constant
     ]
-    ranked = events.withColumn(
-        "_copy", F.row_number().over(Window.partitionBy(*keys).orderBy(*order))
+
+
+def _copies_window(partition: Sequence[str], key: Sequence[str]) -> WindowSpec:
+    """Within `partition`, the rows ordered by `key` and then `_copy_order`: the copies of a key
+    are neighbours, the copy kept first."""
+    return Window.partitionBy(*partition).orderBy(
+        *[F.col(c) for c in key], *_copy_order(*partition, *key)
     )
-    kept = ranked.filter(F.col("_copy") == 1).drop("_copy")
-    dupes = (
-        ranked.filter(F.col("_copy") > 1).drop("_copy").withColumn(REASON, F.lit(DUPLICATE_EVENT))
-    )
-    return kept, dupes
+
+
+def _copies_marked(events: DataFrame, window: WindowSpec, key: Sequence[str]) -> DataFrame:
+    """The events with COPY: true for every copy of a (partition, key) key but the first, on
+    `_copies_window(partition, key)`: a row is a copy when the row before it holds the same key
+    (null equal to null). The caller's own windows on the same spec run in the same sort: one
+    shuffle and one sort of the events, where ranking the copies in a window of their own
+    (before session 48) shuffled and sorted them once more."""
+    before = F.lag(F.struct(F.lit(True).alias("_r"), *key)).over(window)
+    same = before.getField("_r").isNotNull()
+    for c in key:
+        same = same & before.getField(c).eqNullSafe(F.col(c))
+    return events.withColumn(COPY, same)
 
 
 def _session_aggregates() -> list[Column]:
@@ -300,8 +321,15 @@ def sessionize_by_id(
     events: DataFrame, settings: Settings, lifecycle: DataFrame | None = None
 ) -> Sessionized:
     """id mode on usable prepared events; `lifecycle` (LIFECYCLE_COLUMNS) is taken as given:
-    a quarantined session keeps its start, every known session keeps its first-seen user."""
-    kept, dupes = _dedupe(events, [SESSION_KEY, "event_id"])
+    a quarantined session keeps its start, every known session keeps its first-seen user.
+
+    The copies of an event id are found in the sort the session's window needs anyway
+    (`_copies_marked`): one shuffle and one sort of the events, not two of each."""
+    marked_copies = _copies_marked(
+        events, _copies_window([SESSION_KEY], ["event_id"]), ["event_id"]
+    )
+    kept = marked_copies.filter(~F.col(COPY)).drop(COPY)
+    dupes = marked_copies.filter(F.col(COPY)).drop(COPY).withColumn(REASON, F.lit(DUPLICATE_EVENT))
     if lifecycle is not None:
         known = lifecycle.select(
             F.col("session_identifier").alias(SESSION_KEY),
@@ -367,25 +395,35 @@ def sessionize_by_id(
 
 def sessionize_by_gap(events: DataFrame, settings: Settings) -> Sessionized:
     """gap mode on usable prepared events. When the events carry PART, each (user, part) is
-    sessionized on its own (incremental reads of separate ranges)."""
-    kept, dupes = _dedupe(events, [USER_KEY, "event_id", "derived_tstamp"])
-    if PART not in kept.columns:
-        kept = kept.withColumn(PART, F.lit(0).cast("long"))
+    sessionized on its own (incremental reads of separate ranges).
+
+    One sort of the events does both the deduplication and the chaining (`_copies_marked`, in
+    the chains' order). A copy is 0 microseconds after the row before it, so it starts no chain
+    and moves no gap: dropping the copies after the chaining leaves every chain as chaining the
+    kept rows alone would. A user's PART ranges never overlap in time (`gap_change_ranges`), so
+    the copies of a (user, event_id, derived_tstamp) key are in one part, as when they were
+    ranked over the user. (Two windows on different keys did this before: two shuffles and three
+    sorts of every event instead of one shuffle and one sort; docs/benchmarks.md, session 48.)"""
+    if PART not in events.columns:
+        events = events.withColumn(PART, F.lit(0).cast("long"))
     gap_micros = settings.session_gap_minutes * MICROS_PER_MINUTE
     max_micros = settings.max_session_days * MICROS_PER_DAY
-    ordered = Window.partitionBy(USER_KEY, PART).orderBy("derived_tstamp", "event_id")
+    key = ["derived_tstamp", "event_id"]
+    ordered = _copies_window([USER_KEY, PART], key)
     micros = _micros("derived_tstamp")
     gap = micros - F.lag(micros).over(ordered)
-    chained = kept.withColumn(
+    chained = _copies_marked(events, ordered, key).withColumn(
         "_chain",
         F.sum(F.when(gap.isNull() | (gap > F.lit(gap_micros)), 1).otherwise(0)).over(
             ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
         ),
     )
+    dupes = chained.filter(F.col(COPY)).withColumn(REASON, F.lit(DUPLICATE_EVENT))
+    kept = chained.filter(~F.col(COPY)).drop(COPY)
     chain = Window.partitionBy(USER_KEY, PART, "_chain")
     span = F.max(micros).over(chain) - F.min(micros).over(chain)
     boundary = (micros - F.pmod(micros, F.lit(max_micros))) / F.lit(max_micros)
-    pieces = chained.withColumn("_long", span > F.lit(max_micros)).withColumn(
+    pieces = kept.withColumn("_long", span > F.lit(max_micros)).withColumn(
         "_piece", F.when(F.col("_long"), boundary.cast("long")).otherwise(F.lit(None).cast("long"))
     )
     first_event = F.min(F.struct("derived_tstamp", "event_id")).getField("event_id")

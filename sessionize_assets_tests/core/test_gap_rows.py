@@ -143,17 +143,21 @@ def test_prepared_rows_and_their_reasons_are_sparks(spark, seed) -> None:
 
 
 def _usable(spark, seed, settings, parts: bool = False):  # noqa: ANN001, ANN202
-    """Usable prepared rows (driver rows and the Spark frame), PART drawn per event when asked."""
+    """Usable prepared rows (driver rows and the Spark frame), PART drawn per user when asked."""
     rng = random.Random(seed + 1000)
     prepared = [
         r
         for r in gap_rows.with_reason(gap_rows.prepare(_raw_rows(seed), settings), settings)
         if r[core.REASON] is None
     ]
+    # PART as the incremental read draws it: one user's parts are separate spans of time
+    # (`core.gap_change_ranges` merges read ranges that overlap), here cut at a drawn time.
+    times = sorted({r["derived_tstamp"] for r in prepared})
+    cuts = {r[core.USER_KEY]: rng.choice(times) for r in prepared} if times else {}
     for r in prepared:
         r.pop(core.REASON)
         if parts:
-            r[core.PART] = rng.choice([1, 2])
+            r[core.PART] = 1 if r["derived_tstamp"] < cuts[r[core.USER_KEY]] else 2
     frame = (
         _spark_prepared(spark, _raw_rows(seed), settings)
         .filter(F.col(core.REASON).isNull())

@@ -12,8 +12,12 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pyspark.sql import Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from sessionize_assets.core import sessionize as core
 from sessionize_assets_tests.sessions.support import event as make_event
@@ -361,6 +365,107 @@ def test_gap_mode_in_spark_matches_the_model(spark):
     }
     assert got == expected
     assert any(q for *_, q, _ in got)  # the random data reached the cut rule
+
+
+_PREPARED_WITH_PART = T.StructType(
+    [
+        T.StructField("event_id", T.StringType()),
+        T.StructField("event_name", T.StringType()),
+        T.StructField("page_url", T.StringType()),
+        T.StructField("derived_tstamp", T.TimestampType()),
+        T.StructField("dvce_created_tstamp", T.TimestampType()),
+        T.StructField(core.SESSION_KEY, T.StringType()),
+        T.StructField(core.USER_KEY, T.StringType()),
+        T.StructField(core.SESSION_TS, T.TimestampType()),
+        T.StructField(core.SENT_LATE, T.BooleanType()),
+        T.StructField(core.TIE_BREAK, T.StringType()),
+        T.StructField(core.PART, T.LongType()),
+    ]
+)
+
+
+def _rows_with_copies(seed: int) -> list[tuple]:
+    """Prepared rows (_PREPARED_WITH_PART) with null times and ids, exact copies, copies that
+    differ in the columns that choose the copy kept, the same id a microsecond apart, and each
+    user's events in two parts separate in time."""
+    import random
+
+    rng = random.Random(seed)
+    base = dt.datetime(2024, 3, 1)
+    rows = []
+    for _ in range(400):
+        when = None if rng.random() < 0.05 else base + dt.timedelta(minutes=rng.randrange(2880))
+        rows.append(
+            (
+                None if rng.random() < 0.05 else f"e{rng.randrange(300)}",
+                rng.choice(["page_view", "page_ping", None]),
+                rng.choice(["/a", "/b", None]),
+                when,
+                rng.choice([when, None]),
+                f"s{rng.randrange(40)}",
+                f"u{rng.randrange(4)}",
+                rng.choice([when, base]),
+                False,
+                rng.choice(["h1", "h2", None]),
+                0 if when is None or when < base + dt.timedelta(hours=20) else 1,
+            )
+        )
+    for _ in range(200):
+        row = list(rng.choice(rows))
+        kind = rng.randrange(3)
+        if kind == 1:  # a copy that differs in the columns that choose the copy kept
+            row[1] = rng.choice(["page_view", "page_ping", None])
+            row[2] = rng.choice(["/a", "/b", "/c", None])
+            row[4] = rng.choice([row[3], None, base])
+            row[6] = rng.choice([row[6], "u9"])  # id mode: a copy of another user
+            row[7] = rng.choice([row[3], base, base + dt.timedelta(days=1)])
+            row[9] = rng.choice(["h1", "h2", "h3", None])
+        elif kind == 2 and row[3] is not None:  # the same id a microsecond later: no copy
+            row[3] += dt.timedelta(microseconds=1)
+        rows.append(tuple(row))  # kind 0: an exact copy
+    return rows
+
+
+@pytest.mark.parametrize("mode", ["gap", "id"])
+def test_copies_are_dropped_as_deduplicating_first_would(spark, mode):
+    """Each mode finds the copies of its key ((user, event id, time) in gap mode, (session,
+    event id) in id mode) in the sort its own windows need: the sessions and the copies left
+    out equal those of deduplicating first (ranking each key's copies in a window of their own,
+    as before session 48, then sessionizing rows without copies)."""
+    s = make_settings(
+        start_date="2000-01-01", session_mode=mode, session_gap_minutes=30, max_session_days=1
+    )
+    frame = spark.createDataFrame(_rows_with_copies(11), _PREPARED_WITH_PART)
+    key = (
+        [core.USER_KEY, "event_id", "derived_tstamp"]
+        if mode == "gap"
+        else [core.SESSION_KEY, "event_id"]
+    )
+    if mode == "id":
+        frame = frame.drop(core.PART)
+    result = core.sessionize(frame, s)
+    copy = F.row_number().over(Window.partitionBy(*key).orderBy(*core._copy_order()))
+    ranked = frame.withColumn("_n", copy)
+    kept = ranked.filter(F.col("_n") == 1).drop("_n")
+    copies = ranked.filter(F.col("_n") > 1).withColumn(core.REASON, F.lit(core.DUPLICATE_EVENT))
+    first = core.sessionize(kept, s)
+
+    def bag(df):
+        return sorted(tuple(str(v) for v in r) for r in df.collect())
+
+    copy_columns = [*core.PREPARED_COLUMNS, core.REASON]
+    dropped = result.excluded.filter(F.col(core.REASON) == core.DUPLICATE_EVENT)
+    assert first.excluded.filter(F.col(core.REASON) == core.DUPLICATE_EVENT).count() == 0
+    assert bag(dropped.select(*copy_columns)) == bag(copies.select(*copy_columns))
+    assert bag(result.excluded.filter(F.col(core.REASON) != core.DUPLICATE_EVENT)) == bag(
+        first.excluded
+    )
+    assert bag(result.sessions) == bag(first.sessions.select(*result.sessions.columns))
+    # the draws hold copies with and without a time, and sessions without a time (gap mode)
+    assert dropped.filter(F.col("derived_tstamp").isNull()).count() > 0
+    assert dropped.filter(F.col("derived_tstamp").isNotNull()).count() > 0
+    if mode == "gap":
+        assert result.sessions.filter(F.col("start_tstamp").isNull()).count() > 0
 
 
 def _sha(user, event_id):
