@@ -28,6 +28,7 @@ import pyarrow as pa
 from sessionize_assets.core.schema import ROW_HASH
 from sessionize_assets.core.sessionize import (
     BEFORE_START_DATE,
+    COPY_ORDER,
     DUPLICATE_EVENT,
     LC_END,
     LC_START,
@@ -163,20 +164,8 @@ def _nulls_last(value: Any) -> tuple:
 
 
 def _copy_order(row: Mapping[str, Any]) -> tuple:
-    """`core.sessionize._copy_order` of the copies of one key, each column nulls last."""
-    return tuple(
-        _nulls_last(row[c])
-        for c in (
-            SESSION_TS,
-            "dvce_created_tstamp",
-            "derived_tstamp",
-            "event_name",
-            "page_url",
-            USER_KEY,
-            SESSION_KEY,
-            TIE_BREAK,
-        )
-    )
+    """`core.sessionize.COPY_ORDER` of the copies of one key, each column nulls last."""
+    return tuple(_nulls_last(row[c]) for c in COPY_ORDER)
 
 
 def dedupe(events: Iterable[Row]) -> tuple[list[Row], list[Row]]:

@@ -242,24 +242,24 @@ def usable(prepared: DataFrame, settings: Settings) -> DataFrame:
 COPY = "_copy"
 
 
+# The order of the copies of one key, the copy kept first, each column ascending, nulls last: by
+# session timestamp, creation time, then every column sessionization reads, so the choice never
+# depends on how the rows were read (`core.gap_rows` orders its copies by the same columns).
+COPY_ORDER: tuple[str, ...] = (
+    SESSION_TS,
+    "dvce_created_tstamp",
+    "derived_tstamp",
+    "event_name",
+    "page_url",
+    USER_KEY,
+    SESSION_KEY,
+    TIE_BREAK,
+)
+
+
 def _copy_order(*constant: str) -> list[Column]:
-    """The order of the copies of one key, the copy kept first (by session timestamp, creation
-    time, then every column sessionization reads, so the choice never depends on how the rows
-    were read), without the columns the key holds constant."""
-    return [
-        F.col(c).asc_nulls_last()
-        for c in (
-            SESSION_TS,
-            "dvce_created_tstamp",
-            "derived_tstamp",
-            "event_name",
-            "page_url",
-            USER_KEY,
-            SESSION_KEY,
-            TIE_BREAK,
-        )
-        if c not in constant
-    ]
+    """COPY_ORDER as sort columns, without the columns the key holds constant."""
+    return [F.col(c).asc_nulls_last() for c in COPY_ORDER if c not in constant]
 
 
 def _copies_window(partition: Sequence[str], key: Sequence[str]) -> WindowSpec:

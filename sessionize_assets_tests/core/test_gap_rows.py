@@ -14,7 +14,7 @@ from pyspark.sql import types as T
 from sessionize_assets.core import gap_rows
 from sessionize_assets.core import sessionize as core
 from sessionize_assets.core.schema import ROW_HASH
-from sessionize_assets_tests.sessions.support import make_settings
+from sessionize_assets_tests.sessions.support import PREPARED_WITH_PART, make_settings
 
 BASE = dt.datetime(2024, 3, 1, tzinfo=dt.UTC)
 MINUTE = 60_000_000
@@ -169,26 +169,11 @@ def _usable(spark, seed, settings, parts: bool = False):  # noqa: ANN001, ANN202
             {**{k: gap_rows.from_micros(v) if k in _TIMES else v for k, v in r.items()}}
             for r in prepared
         ]
-        frame = spark.createDataFrame(keyed, _PREPARED_WITH_PART)
+        frame = spark.createDataFrame(keyed, PREPARED_WITH_PART)
     return prepared, frame
 
 
 _TIMES = {"derived_tstamp", "dvce_created_tstamp", core.SESSION_TS}
-_PREPARED_WITH_PART = T.StructType(
-    [
-        T.StructField("event_id", T.StringType()),
-        T.StructField("event_name", T.StringType()),
-        T.StructField("page_url", T.StringType()),
-        T.StructField("derived_tstamp", T.TimestampType()),
-        T.StructField("dvce_created_tstamp", T.TimestampType()),
-        T.StructField(core.SESSION_KEY, T.StringType()),
-        T.StructField(core.USER_KEY, T.StringType()),
-        T.StructField(core.SESSION_TS, T.TimestampType()),
-        T.StructField(core.SENT_LATE, T.BooleanType()),
-        T.StructField(core.TIE_BREAK, T.StringType()),
-        T.StructField(core.PART, T.LongType()),
-    ]
-)
 
 
 @pytest.mark.parametrize("parts", [False, True])

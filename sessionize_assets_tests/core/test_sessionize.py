@@ -17,16 +17,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import Window
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from sessionize_assets.core import sessionize as core
-from sessionize_assets_tests.sessions.support import event as make_event
 from sessionize_assets_tests.sessions.support import (
+    PREPARED_WITH_PART,
     events_frame,
     make_settings,
     rows_of,
     utc,
 )
+from sessionize_assets_tests.sessions.support import event as make_event
 
 MIN = 60_000_000
 DAY = 86_400_000_000
@@ -367,25 +367,8 @@ def test_gap_mode_in_spark_matches_the_model(spark):
     assert any(q for *_, q, _ in got)  # the random data reached the cut rule
 
 
-_PREPARED_WITH_PART = T.StructType(
-    [
-        T.StructField("event_id", T.StringType()),
-        T.StructField("event_name", T.StringType()),
-        T.StructField("page_url", T.StringType()),
-        T.StructField("derived_tstamp", T.TimestampType()),
-        T.StructField("dvce_created_tstamp", T.TimestampType()),
-        T.StructField(core.SESSION_KEY, T.StringType()),
-        T.StructField(core.USER_KEY, T.StringType()),
-        T.StructField(core.SESSION_TS, T.TimestampType()),
-        T.StructField(core.SENT_LATE, T.BooleanType()),
-        T.StructField(core.TIE_BREAK, T.StringType()),
-        T.StructField(core.PART, T.LongType()),
-    ]
-)
-
-
 def _rows_with_copies(seed: int) -> list[tuple]:
-    """Prepared rows (_PREPARED_WITH_PART) with null times and ids, exact copies, copies that
+    """Prepared rows (PREPARED_WITH_PART) with null times and ids, exact copies, copies that
     differ in the columns that choose the copy kept, the same id a microsecond apart, and each
     user's events in two parts separate in time."""
     import random
@@ -435,7 +418,7 @@ def test_copies_are_dropped_as_deduplicating_first_would(spark, mode):
     s = make_settings(
         start_date="2000-01-01", session_mode=mode, session_gap_minutes=30, max_session_days=1
     )
-    frame = spark.createDataFrame(_rows_with_copies(11), _PREPARED_WITH_PART)
+    frame = spark.createDataFrame(_rows_with_copies(11), PREPARED_WITH_PART)
     key = (
         [core.USER_KEY, "event_id", "derived_tstamp"]
         if mode == "gap"

@@ -13,7 +13,9 @@ from typing import Any
 import yaml
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
+from sessionize_assets.core import sessionize as core
 from sessionize_assets.core.run_history import RUN_ITEM
 from sessionize_assets.home import Home
 from sessionize_assets.resources.lake import LakeResource
@@ -33,6 +35,23 @@ FILTERED_EVENTS_SCHEMA = (
     "event_date date, load_date date"
 )
 COLUMNS = [part.strip().split(" ")[0] for part in FILTERED_EVENTS_SCHEMA.split(",")]
+
+# Prepared events (core.sessionize.PREPARED_COLUMNS) with a gap-mode PART, as Spark types them.
+PREPARED_WITH_PART = T.StructType(
+    [
+        T.StructField("event_id", T.StringType()),
+        T.StructField("event_name", T.StringType()),
+        T.StructField("page_url", T.StringType()),
+        T.StructField("derived_tstamp", T.TimestampType()),
+        T.StructField("dvce_created_tstamp", T.TimestampType()),
+        T.StructField(core.SESSION_KEY, T.StringType()),
+        T.StructField(core.USER_KEY, T.StringType()),
+        T.StructField(core.SESSION_TS, T.TimestampType()),
+        T.StructField(core.SENT_LATE, T.BooleanType()),
+        T.StructField(core.TIE_BREAK, T.StringType()),
+        T.StructField(core.PART, T.LongType()),
+    ]
+)
 _ids = itertools.count(1)
 
 
