@@ -324,7 +324,8 @@ def sessionize_by_id(
     a quarantined session keeps its start, every known session keeps its first-seen user.
 
     The copies of an event id are found in the sort the session's window needs anyway
-    (`_copies_marked`): one shuffle and one sort of the events, not two of each."""
+    (`_copies_marked`): one shuffle and one sort of the events, where ranking them in a window
+    of their own took two shuffles and three sorts."""
     marked_copies = _copies_marked(
         events, _copies_window([SESSION_KEY], ["event_id"]), ["event_id"]
     )
@@ -402,8 +403,8 @@ def sessionize_by_gap(events: DataFrame, settings: Settings) -> Sessionized:
     and moves no gap: dropping the copies after the chaining leaves every chain as chaining the
     kept rows alone would. A user's PART ranges never overlap in time (`gap_change_ranges`), so
     the copies of a (user, event_id, derived_tstamp) key are in one part, as when they were
-    ranked over the user. (Two windows on different keys did this before: two shuffles and three
-    sorts of every event instead of one shuffle and one sort; docs/benchmarks.md, session 48.)"""
+    ranked over the user. (Ranking the copies in a window of their own, before session 48,
+    shuffled every event once more and sorted it twice more: docs/benchmarks.md, session 48.)"""
     if PART not in events.columns:
         events = events.withColumn(PART, F.lit(0).cast("long"))
     gap_micros = settings.session_gap_minutes * MICROS_PER_MINUTE
