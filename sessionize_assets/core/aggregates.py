@@ -121,37 +121,51 @@ def daily_aggregates(
     user_identifier_columns: Sequence[str],
     definitions: Sequence[AttributeDefinition] = (),
 ) -> DataFrame:
-    """One row per (user, event day) of `rows` (filtered_events rows, any number of event days)."""
+    """One row per (user, event day) of `rows` (filtered_events rows, any number of event days).
+
+    One scan and no join: the rows are aggregated per (user, day, event name) -- the counts the
+    `event_counts` map needs, with every other aggregate's partial -- and those rows per (user,
+    day), each partial merged by the rule that combines it (`merged_partial`). Before session 49
+    the counts per name and the other aggregates were two aggregations of the rows, joined: two
+    scans, a third shuffle and a sort-merge join."""
     user = user_identifier(rows, user_identifier_columns)
     df = rows.withColumn(USER_IDENTIFIER, user)
     keys = [USER_IDENTIFIER, EVENT_DATE]
-    per_name = (
-        df.groupBy(*keys, F.coalesce(F.col("event_name"), F.lit("")).alias("_name"))
-        .agg(F.count(F.lit(1)).alias("_rows"))
-        .groupBy(*keys)
-        .agg(
-            F.map_from_entries(F.array_sort(F.collect_list(F.struct("_name", "_rows")))).alias(
-                EVENT_COUNTS
-            )
-        )
-    )
-    main = df.groupBy(*keys).agg(
-        F.count(F.lit(1)).alias("total_events"),
-        F.count(F.when(F.col("event_name") == "page_view", F.lit(1))).alias("page_views"),
-        F.min("derived_tstamp").alias("first_event_tstamp"),
-        F.max("derived_tstamp").alias("last_event_tstamp"),
+    per_name = df.groupBy(*keys, F.coalesce(F.col("event_name"), F.lit("")).alias("_name")).agg(
+        F.count(F.lit(1)).alias("_rows"),
+        F.min("derived_tstamp").alias("_first"),
+        F.max("derived_tstamp").alias("_last"),
         *[partial_aggregate(df, d).alias(attribute_column(d)) for d in definitions],
     )
-    joined = main.join(per_name, on=[main[k].eqNullSafe(per_name[k]) for k in keys], how="left")
-    return joined.select(
-        *[main[k] for k in keys],
-        "total_events",
-        "page_views",
-        "first_event_tstamp",
-        "last_event_tstamp",
-        per_name[EVENT_COUNTS],
-        *[attribute_column(d) for d in definitions],
+    # `event_name` null and "" both count under "" (as before); neither is a page view.
+    views = F.when(F.col("_name") == "page_view", F.col("_rows")).otherwise(F.lit(0))
+    return per_name.groupBy(*keys).agg(
+        F.sum("_rows").alias("total_events"),
+        F.sum(views).alias("page_views"),
+        F.min("_first").alias("first_event_tstamp"),
+        F.max("_last").alias("last_event_tstamp"),
+        F.map_from_entries(F.array_sort(F.collect_list(F.struct("_name", "_rows")))).alias(
+            EVENT_COUNTS
+        ),
+        *[merged_partial(d).alias(attribute_column(d)) for d in definitions],
     )
+
+
+def merged_partial(definition: AttributeDefinition) -> Column:
+    """`partial_aggregate`s of one attribute over parts of a (user, day)'s rows, merged into the
+    (user, day)'s partial: counts and sums added, minima and maxima (first and last are minima
+    and maxima of structs) taken again, distinct lists united."""
+    column = F.col(attribute_column(definition))
+    agg = definition.aggregation
+    if agg in ("count", "sum"):
+        return F.sum(column)
+    if agg in ("min", "first"):
+        return F.min(column)
+    if agg in ("max", "last"):
+        return F.max(column)
+    if agg == "distinct_list":
+        return F.array_sort(F.array_distinct(F.flatten(F.collect_list(column))))
+    raise ValueError(f"unknown aggregation {agg!r}")
 
 
 # The types of `daily_aggregates`' base columns and of the step's bookkeeping columns, as Spark

@@ -101,6 +101,67 @@ def test_configured_attributes_get_per_day_partials(spark) -> None:
     assert row.attr_apps == ["mobile", "web"]
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_every_column_is_one_aggregation_per_user_and_day(spark, seed) -> None:
+    """daily_aggregates aggregates per event name first, then merges per (user, day): every
+    column equals aggregating each (user, day)'s rows at once, on rows with several names per
+    (user, day), null and unparsable properties, and null event names."""
+    import random
+
+    from pyspark.sql import functions as F
+
+    from sessionize_assets.core.aggregates import partial_aggregate, user_identifier
+
+    rng = random.Random(seed)
+    rows = []
+    for i in range(60):
+        happened = (
+            f"2024-03-0{rng.randint(1, 2)}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:00"
+        )
+        rows.append(
+            event(
+                f"e{i}",
+                "2024-03-03T01:00:00",
+                happened,
+                user=rng.choice(["u1", "u2", None]),
+                name=rng.choice(["page_view", "link_click", "transaction", None]),
+                app=rng.choice(["web", "mobile", None]),
+                page_url=rng.choice([None, "https://a/1", "https://a/2", f"https://a/{i}"]),
+                tr_total=rng.choice([None, "n/a", "1.5", "2", str(rng.randint(1, 9))]),
+            )
+        )
+    frame = filtered(spark, rows)
+    got = daily_aggregates(frame, ["domain_userid"], DEFS)
+    df = frame.withColumn("user_identifier", user_identifier(frame, ["domain_userid"]))
+    name = F.coalesce(F.col("event_name"), F.lit(""))
+    per_name = df.groupBy("user_identifier", "event_date", name.alias("n")).count()
+    counts = per_name.groupBy("user_identifier", "event_date").agg(
+        F.map_from_entries(F.array_sort(F.collect_list(F.struct("n", "count")))).alias(
+            "event_counts"
+        )
+    )
+    once = df.groupBy("user_identifier", "event_date").agg(
+        F.count(F.lit(1)).alias("total_events"),
+        F.count(F.when(F.col("event_name") == "page_view", 1)).alias("page_views"),
+        F.min("derived_tstamp").alias("first_event_tstamp"),
+        F.max("derived_tstamp").alias("last_event_tstamp"),
+        *[partial_aggregate(df, d).alias(attribute_column(d)) for d in DEFS],
+    )
+    keys = ["user_identifier", "event_date"]
+    on = [once[k].eqNullSafe(counts[k]) for k in keys]  # the null user is a user too
+    expected = once.join(counts, on, "left").select(
+        *[once[k] for k in keys], *[c for c in got.columns if c not in keys]
+    )
+
+    def keyed(frame) -> dict:
+        return {
+            (r.user_identifier, r.event_date): r.asDict(recursive=True) for r in frame.collect()
+        }
+
+    assert len(keyed(got)) > 3
+    assert keyed(got) == keyed(expected)
+
+
 def test_missing_columns_are_named(spark) -> None:
     frame = filtered(spark, [event("1", "2024-03-02T01:00:00")])
     with pytest.raises(ValueError, match="nope"):
