@@ -25,7 +25,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from sessionize_assets.core.schema import ROW_HASH
 from sessionize_assets.core.sessionize import (
     BEFORE_START_DATE,
     COPY_ORDER,
@@ -43,7 +42,6 @@ from sessionize_assets.core.sessionize import (
     SENT_LATE_RULE,
     SESSION_KEY,
     SESSION_TS,
-    TIE_BREAK,
     USER_KEY,
     gap_margin_micros,
     gap_reach_micros,
@@ -117,7 +115,6 @@ def prepare(rows: Iterable[Mapping[str, Any]], settings: Settings) -> list[Row]:
             USER_KEY: first_key(r, settings.user_identifier),
             SESSION_TS: micros(stamp) if stamp is not None else micros(r.get("load_tstamp")),
             SENT_LATE: sent is not None and created is not None and sent - created > late,
-            TIE_BREAK: _text(r.get(ROW_HASH)),
         }
         for extra in ("_sign", PART):
             if extra in r:

@@ -32,7 +32,7 @@ from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
 from sessionize_assets.core.lifecycle import AFTER_MAX_SESSION_DAYS, QUARANTINED_SESSION, Case
-from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE, ROW_HASH
+from sessionize_assets.core.schema import EVENT_DATE, LOAD_DATE
 from sessionize_assets.errors import UserError
 from sessionize_assets.settings import Settings
 
@@ -41,7 +41,6 @@ SESSION_KEY = "_session_key"
 USER_KEY = "_user_key"
 SESSION_TS = "_session_ts"
 SENT_LATE = "_sent_late"
-TIE_BREAK = "_tie_break"
 REASON = "_reason"
 PART = "_part"  # gap mode: an independent range of one user's events (incremental reads)
 
@@ -59,7 +58,6 @@ PREPARED_COLUMNS: tuple[str, ...] = (
     USER_KEY,
     SESSION_TS,
     SENT_LATE,
-    TIE_BREAK,
 )
 
 SESSION_COLUMNS: tuple[str, ...] = (
@@ -168,21 +166,20 @@ def required_columns(settings: Settings) -> list[str]:
 
 
 def source_columns(settings: Settings, available: Sequence[str]) -> list[str]:
-    """The columns to read from filtered_events (the row hash too, when the table has one)."""
+    """The columns to read from filtered_events (`required_columns`, each checked to be there)."""
     missing = [c for c in required_columns(settings) if c not in available]
     if missing:
         raise UserError(
             f"filtered_events has no column `{missing[0]}`, which the session settings "
             "(session_identifier, user_identifier, session_timestamp) need."
         )
-    extra = [ROW_HASH] if ROW_HASH in available else []
-    return required_columns(settings) + extra
+    return required_columns(settings)
 
 
 def shared_columns(settings: Settings) -> list[str]:
-    """Every column the session branch may read from filtered_events (the row hash, and the
-    event and load days the reads filter on, included)."""
-    return list(dict.fromkeys([*required_columns(settings), ROW_HASH, EVENT_DATE, LOAD_DATE]))
+    """Every column the session branch may read from filtered_events (the event and load days
+    the reads filter on included)."""
+    return list(dict.fromkeys([*required_columns(settings), EVENT_DATE, LOAD_DATE]))
 
 
 def prepare_events(events: DataFrame, settings: Settings, keep: Sequence[str] = ()) -> DataFrame:
@@ -193,9 +190,6 @@ def prepare_events(events: DataFrame, settings: Settings, keep: Sequence[str] = 
     sent_late = F.coalesce(
         (_micros("dvce_sent_tstamp") - _micros("dvce_created_tstamp")) > F.lit(late_micros),
         F.lit(False),
-    )
-    tie = (
-        F.col(ROW_HASH).cast("string") if ROW_HASH in events.columns else F.lit(None).cast("string")
     )
     return events.select(
         F.col("event_id").cast("string").alias("event_id"),
@@ -209,7 +203,6 @@ def prepare_events(events: DataFrame, settings: Settings, keep: Sequence[str] = 
             SESSION_TS
         ),
         sent_late.alias(SENT_LATE),
-        tie.alias(TIE_BREAK),
         *keep,
     )
 
@@ -247,8 +240,9 @@ COPY = "_copy"
 # (`core.gap_rows` orders its copies by the same columns). Copies that tie on all of them give
 # the same sessions whichever is kept, so the choice never changes a session however the rows
 # were read. The session key (constant in an id-mode window, never read in gap mode) and the
-# row hash are not in it: before session 49 they were, and the gap sessions of the rebuild
-# shuffled about 100 of their 182 bytes per event only to order copies by them.
+# row hash are not in it: before session 49 they were (the session branch read the row hash
+# for nothing else), and the gap sessions of the rebuild shuffled about 100 of their 182 bytes
+# per event only to order copies by them.
 COPY_ORDER: tuple[str, ...] = (
     SESSION_TS,
     "dvce_created_tstamp",

@@ -17,7 +17,6 @@ from pyspark.sql import functions as F
 from sessionize_assets.core import sessionize as core
 from sessionize_assets.core.clock import from_micros
 from sessionize_assets.core.run_limits import RunLimits
-from sessionize_assets.core.schema import ROW_HASH
 from sessionize_assets.resources.delta import (
     DRIVER_SCAN_ROWS,
     delta_table,
@@ -230,7 +229,6 @@ CHANGE_SCHEMA = pa.schema(
         (core.USER_KEY, pa.string()),
         (core.SESSION_TS, pa.timestamp("us", tz="UTC")),
         (core.SENT_LATE, pa.bool_()),
-        (core.TIE_BREAK, pa.string()),
         ("_sign", pa.int32()),
         ("_window", pa.int32()),
         ("_feed", pa.int64()),
@@ -240,7 +238,7 @@ CHANGE_SCHEMA = pa.schema(
 CHANGE_DDL = (
     "event_id string, event_name string, page_url string, derived_tstamp timestamp, "
     f"dvce_created_tstamp timestamp, {core.SESSION_KEY} string, {core.USER_KEY} string, "
-    f"{core.SESSION_TS} timestamp, {core.SENT_LATE} boolean, {core.TIE_BREAK} string, "
+    f"{core.SESSION_TS} timestamp, {core.SENT_LATE} boolean, "
     f"_sign int, _window int, _feed bigint, {core.REASON} string"
 )
 _TIMES = ("derived_tstamp", "dvce_created_tstamp", core.SESSION_TS)
@@ -253,7 +251,7 @@ def driver_columns(table: Any, settings: Settings) -> list[str] | None:
     schema = pa.schema(table.schema().to_arrow())
     columns = core.source_columns(settings, schema.names)
     text = ["event_id", "event_name", "page_url", *settings.session_identifier]
-    text += [*settings.user_identifier, *([ROW_HASH] if ROW_HASH in columns else [])]
+    text += list(settings.user_identifier)
     times = ["derived_tstamp", "dvce_created_tstamp", "dvce_sent_tstamp", "load_tstamp"]
     times.append(settings.session_timestamp)
     if not all(pa.types.is_string(schema.field(c).type) for c in text):

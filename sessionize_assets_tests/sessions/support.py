@@ -48,7 +48,6 @@ PREPARED_WITH_PART = T.StructType(
         T.StructField(core.USER_KEY, T.StringType()),
         T.StructField(core.SESSION_TS, T.TimestampType()),
         T.StructField(core.SENT_LATE, T.BooleanType()),
-        T.StructField(core.TIE_BREAK, T.StringType()),
         T.StructField(core.PART, T.LongType()),
     ]
 )

@@ -36,7 +36,6 @@ def _rows(rng: random.Random, n: int) -> list[dict]:
                 core.USER_KEY: f"u{i % 3}",
                 core.SESSION_TS: rng.choice([stamp, stamp, None]),
                 core.SENT_LATE: False,
-                core.TIE_BREAK: f"e{i}",
                 "_sign": rng.choice([1, 1, 0, -1, None]),
                 "_window": rng.choice([0, 1, None]),
                 "_feed": rng.choice([0, 1, 2, None]),
