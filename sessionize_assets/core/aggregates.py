@@ -125,7 +125,7 @@ def daily_aggregates(
 
     One scan and no join: the rows are aggregated per (user, day, event name) -- the counts the
     `event_counts` map needs, with every other aggregate's partial -- and those rows per (user,
-    day), each partial merged by the rule that combines it (`merged_partial`). Before session 49
+    day), each partial merged by the rule that combines it (`merged_partials`). Before session 49
     the counts per name and the other aggregates were two aggregations of the rows, joined: two
     scans, a third shuffle and a sort-merge join."""
     user = user_identifier(rows, user_identifier_columns)
@@ -147,16 +147,18 @@ def daily_aggregates(
         F.map_from_entries(F.array_sort(F.collect_list(F.struct("_name", "_rows")))).alias(
             EVENT_COUNTS
         ),
-        *[merged_partial(d).alias(attribute_column(d)) for d in definitions],
+        *[
+            merged_partials(F.col(attribute_column(d)), d.aggregation).alias(attribute_column(d))
+            for d in definitions
+        ],
     )
 
 
-def merged_partial(definition: AttributeDefinition) -> Column:
-    """`partial_aggregate`s of one attribute over parts of a (user, day)'s rows, merged into the
-    (user, day)'s partial: counts and sums added, minima and maxima (first and last are minima
-    and maxima of structs) taken again, distinct lists united."""
-    column = F.col(attribute_column(definition))
-    agg = definition.aggregation
+def merged_partials(column: Column, agg: str) -> Column:
+    """The aggregate merging `partial_aggregate`s of one attribute (aggregation `agg`) over
+    parts of some rows into their partial: counts and sums added, minima and maxima (first and
+    last are minima and maxima of structs) taken again, distinct lists united. Used for the parts
+    of a (user, day) and, by `attributes`, for the days of a period."""
     if agg in ("count", "sum"):
         return F.sum(column)
     if agg in ("min", "first"):

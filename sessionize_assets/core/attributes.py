@@ -41,6 +41,7 @@ from sessionize_assets.core.aggregates import (
     EVENT_COUNTS,
     USER_IDENTIFIER,
     attribute_column,
+    merged_partials,
 )
 from sessionize_assets.core.schema import EVENT_DATE
 from sessionize_assets.settings import AttributeDefinition
@@ -81,17 +82,9 @@ def combine(definition: AttributeDefinition, as_of: dt.date) -> Column:
     """A configured attribute over its period, from the per-day partials."""
     partial = F.when(_in_period(as_of, definition.period_days), F.col(attribute_column(definition)))
     agg = definition.aggregation
-    if agg in ("count", "sum"):
-        total = F.sum(partial)
-        return F.coalesce(total, F.lit(0)) if agg == "count" else total
-    if agg in ("min", "first"):
-        value = F.min(partial)
-    elif agg in ("max", "last"):
-        value = F.max(partial)
-    elif agg == "distinct_list":
-        return F.array_sort(F.array_distinct(F.flatten(F.collect_list(partial))))
-    else:
-        raise ValueError(f"unknown aggregation {agg!r}")
+    value = merged_partials(partial, agg)
+    if agg == "count":
+        return F.coalesce(value, F.lit(0))
     return value.getField("value") if agg in ("first", "last") else value
 
 
