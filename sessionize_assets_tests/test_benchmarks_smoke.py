@@ -566,6 +566,21 @@ def test_benchmark_end_to_end(tmp_path: Path) -> None:
     assert full["engine"]["start_s"] > 0 and inc["engine"]["start_s"] == 0
     assert inc["engine"]["pid"] == full["engine"]["pid"] == history["noop"]["engine"]["pid"]
     assert history["trash_and_rebuild"]["engine"]["pid"] != full["engine"]["pid"]
+    # The rebuild's engine is warmed as the incremental day's is: an untimed rebuild of the day
+    # before started it and ran first (of the D days only); the timed rebuild found it running.
+    assert result["parameters"]["rebuild_engine"] == "warmed by the day before's rebuild"
+    warmup = history["trash_and_rebuild_warmup"]
+    assert warmup["ok"], (warmup["error"], history["raw"]["trash_and_rebuild_warmup"])
+    assert [s["label"] for s in warmup["steps"]] == ["rebuild"]
+    assert (
+        warmup["engine"]["start_s"] > 0 and history["trash_and_rebuild"]["engine"]["start_s"] == 0
+    )
+    assert warmup["engine"]["pid"] == history["trash_and_rebuild"]["engine"]["pid"]
+    assert (
+        0
+        < warmup["rows_read"]["events_table"]
+        < history["trash_and_rebuild"]["rows_read"]["events_table"]
+    )
     assert history["noop"]["spark_jobs"] == 0
     from sessionize_assets.resources import engine
 
