@@ -47,10 +47,11 @@ def bench_tables(result: Mapping[str, Any]) -> list[str]:
             ("full_rebuild", "catch-up (full)"),
             ("incremental", "incremental"),
             ("noop", "no-op"),
+            ("trash_and_rebuild_warmup", "trash and rebuild of D days (warm-up, untimed)"),
             ("trash_and_rebuild", "trash and rebuild"),
         ):
             m = h.get(kind)
-            if m is None:  # results written before the trash-and-rebuild baseline existed
+            if m is None:  # before the trash-and-rebuild baseline, or a cold rebuild's warm-up
                 continue
             check = h["checks"].get(
                 {
@@ -58,7 +59,8 @@ def bench_tables(result: Mapping[str, Any]) -> list[str]:
                     "trash_and_rebuild": "trash_and_rebuild",
                 }.get(kind, "after_incremental")
             )
-            equal = "–" if not check or kind == "noop" else ("yes" if check["equal"] else "**no**")
+            unchecked = kind in ("noop", "trash_and_rebuild_warmup")
+            equal = "–" if not check or unchecked else ("yes" if check["equal"] else "**no**")
             minimal = h["minimal"]["minimal_rows"] if kind == "incremental" else None
             lines.append(
                 f"| {h['history_days']} | {label}{'' if m['ok'] else ' (failed)'} | {_n(m['wall_s'])} "
