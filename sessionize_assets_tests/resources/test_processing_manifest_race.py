@@ -275,4 +275,9 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    from sessionize_assets.cli import leave
+
     main(sys.argv[1:])
+    # Leave as the `sessionize` command does: the interpreter's native teardown can abort with
+    # -6 on delta-rs' and pyarrow's worker threads after the work is done (seen in CI).
+    leave(0)
