@@ -52,13 +52,19 @@ NOW_OFFSET = dt.timedelta(minutes=30)  # "now" is 00:30 UTC the day after the la
 TARGETS: dict[str, tuple[str, float]] = {
     "incremental_rows_read_vs_minimal": ("event rows read / minimal rows <=", 1.5),
     "incremental_wall_vs_full": ("incremental wall / full rebuild wall <=", 0.10),
-    "incremental_growth": ("incremental wall at max D / at min D <=", 1.5),
+    # Issue 15's ×1.3 from 5 to 30 days (issue 6 asked for 1.5; reports before session 50 say so).
+    "incremental_growth": ("incremental wall at max D / at min D <=", 1.3),
     "full_rebuild_growth_vs_history": ("full wall growth / history growth >=", 0.6),
     "noop_event_rows_read": ("event rows read ==", 0),
-    "noop_wall_s": ("no-op wall seconds (incl. Spark start unless warm) <", 15.0),
+    # Issue 15's "no-op run: ≤ 3 s warm" (issue 6's was < 15 s, Spark's start included).
+    "noop_wall_s": ("no-op wall seconds (incl. Spark start unless warm) <=", 3.0),
     "incremental_delta_commits": ("Delta commits of the incremental day <=", 8),
     "incremental_spark_jobs": ("Spark jobs of the incremental day <=", 60),
     "full_throughput_vs_duckdb": ("Spark rows/s / DuckDB rows/s >=", 1 / 3),
+    "incremental_peak_memory_gib": (
+        "peak memory of the incremental day (GiB, driver + JVM) <=",
+        4.0,
+    ),
 }
 
 
@@ -257,6 +263,8 @@ def evaluate_targets(histories: Sequence[Mapping[str, Any]], headline: int) -> d
         if inc["ok"]:
             # (results before schema 3 have no commit or job counts: no value)
             values["incremental_delta_commits"] = inc.get("delta_commits")
+            peak = inc.get("peak_memory_bytes")
+            values["incremental_peak_memory_gib"] = None if peak is None else round(peak / 2**30, 3)
             values["incremental_spark_jobs"] = inc.get("spark_jobs")
         if noop["ok"]:
             values["noop_event_rows_read"] = noop["rows_read"]["event_rows"]

@@ -247,6 +247,7 @@ def _measurement(wall: float, event_rows: int, ok: bool = True) -> dict:
         "rows_read": {"event_rows": event_rows},
         "delta_commits": 12,
         "spark_jobs": 50,
+        "peak_memory_bytes": 3 * 2**30,
     }
 
 
@@ -301,12 +302,35 @@ def test_targets_take_the_trash_and_rebuild_run_as_the_full_rebuild_when_there_i
     assert "baseline" not in targets["noop_wall_s"]
 
 
+def test_growth_no_op_and_memory_are_judged_by_issue_15s_targets() -> None:
+    histories = [_history(5, 100.0, 10.0, 1200, 1000), _history(30, 400.0, 13.5, 1000, 1000)]
+    histories[1]["incremental"]["peak_memory_bytes"] = int(4.5 * 2**30)
+    histories[1]["noop"] = _measurement(3.5, 0)
+    targets = evaluate_targets(histories, headline=30)
+    # x1.35 from 5 to 30 days: flat enough for issue 6's 1.5, not for issue 15's 1.3.
+    assert targets["incremental_growth"]["value"] == 1.35
+    assert targets["incremental_growth"]["met"] is False
+    assert targets["noop_wall_s"]["met"] is False  # 3.5 s against <= 3 s
+    assert targets["incremental_peak_memory_gib"] == {
+        "rule": "peak memory of the incremental day (GiB, driver + JVM) <= 4",
+        "value": 4.5,
+        "met": False,
+    }
+    histories[1]["incremental"]["wall_s"] = 12.0
+    histories[1]["noop"] = _measurement(3.0, 0)
+    histories[1]["incremental"]["peak_memory_bytes"] = 4 * 2**30
+    targets = evaluate_targets(histories, headline=30)
+    assert targets["incremental_growth"]["met"] is True  # x1.2
+    assert targets["noop_wall_s"]["met"] is True
+    assert targets["incremental_peak_memory_gib"]["met"] is True
+
+
 def test_failed_measurements_give_no_target_values() -> None:
     history = _history(5, 100.0, 9.0, 1200, 1000)
     history["noop"] = _measurement(1.0, 0, ok=False)
     targets = evaluate_targets([history], headline=5)
     assert targets["noop_wall_s"] == {
-        "rule": "no-op wall seconds (incl. Spark start unless warm) < 15",
+        "rule": "no-op wall seconds (incl. Spark start unless warm) <= 3",
         "value": None,
         "met": None,
     }
