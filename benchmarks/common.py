@@ -103,6 +103,11 @@ def load_step(now: dt.datetime, folders: Sequence[Path]) -> dict[str, Any]:
     )
 
 
+def rebuild_step(now: dt.datetime) -> dict[str, Any]:
+    """The trash-and-rebuild of every derived table (`benchmarks.rebuild`) as of `now`."""
+    return {"label": "rebuild", "module": "benchmarks.rebuild", "now": now.isoformat(), "argv": []}
+
+
 def run_measurement(
     workdir: Path,
     name: str,

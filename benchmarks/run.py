@@ -361,6 +361,9 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     spark_conf = dict(args.spark_conf)
 
     histories = []
+    # The rebuild's engine warmed by an untimed rebuild first (see the loop), as the incremental
+    # day's is by the catch-up; only warm engines outlive a measurement.
+    warm_rebuild = args.engine == "warm" and not args.cold_rebuild
 
     def engine_log(home: Path) -> Path | None:
         """The event log folder of the home's warm engine (None: measurements start their own)."""
@@ -439,7 +442,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         )
         stop_engine(home)
         warmup = None
-        if args.engine == "warm" and not args.cold_rebuild:
+        if warm_rebuild:
             # The incremental day runs on an engine that has done the catch-up; the rebuild's
             # engine first rebuilds the D days once, untimed (yesterday's rebuild, as a daily
             # trash-and-rebuild on a long-lived engine has done), so both are measured warm.
@@ -450,14 +453,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                 rebuild_home,
                 settings,
                 spark_conf,
-                [
-                    {
-                        "label": "rebuild",
-                        "module": "benchmarks.rebuild",
-                        "now": now_full.isoformat(),
-                        "argv": [],
-                    }
-                ],
+                [common.rebuild_step(now_full)],
                 data,
                 args.timeout,
                 engine_event_log_dir=engine_log(rebuild_home),
@@ -471,12 +467,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             spark_conf,
             [
                 common.load_step(now_inc, day_folders(data, start, days, 1)),
-                {
-                    "label": "rebuild",
-                    "module": "benchmarks.rebuild",
-                    "now": now_inc.isoformat(),
-                    "argv": [],
-                },
+                common.rebuild_step(now_inc),
             ],
             data,
             args.timeout,
@@ -576,9 +567,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             "spark_conf": spark_conf,
             "check": args.check,
             "engine": args.engine,
-            "rebuild_engine": "cold"
-            if args.engine != "warm" or args.cold_rebuild
-            else "warmed by the day before's rebuild",
+            "rebuild_engine": "warmed by the day before's rebuild" if warm_rebuild else "cold",
         },
         "data": {
             "load_days": total_days,
