@@ -3,11 +3,11 @@
 - delta-rs (no Spark) for the Delta log and the small state tables: versions, file statistics,
   a handful of bookkeeping rows. Sensors and planners use only these.
 - Spark for data: pinned-version reads, partition replacement, MERGE by key, overwrite.
-- The driver for small results of Spark and small tables: a MERGE into a table of at most
-  DRIVER_WRITE_ROWS rows, and the steps whose output the Delta log shows to be that small,
-  collect the rows as Arrow and commit them with delta-rs; tables of at most LOCAL_READ_ROWS rows
-  are read with delta-rs into driver-local DataFrames (a Spark write or a first Spark read of a
-  table version costs several times more for a few rows).
+- The driver for small results of Spark and small tables: a MERGE of at most DRIVER_WRITE_ROWS
+  rows into a table of at most DRIVER_MERGE_TARGET_ROWS, and the steps whose output the Delta
+  log shows to be that small, collect the rows as Arrow and commit them with delta-rs; tables of
+  at most LOCAL_READ_ROWS rows are read with delta-rs into driver-local DataFrames (a Spark write
+  or a first Spark read of a table version costs several times more for a few rows).
 
 Nothing here knows a table of the project: callers pass locations (see `resources.tables`).
 """
@@ -730,7 +730,7 @@ def merge(
 
     A source of at most DRIVER_WRITE_ROWS rows is collected once, as Arrow, for the driver's
     writers: an append when the MERGE would only insert (`append_if_new`, any table size), else a
-    delta-rs MERGE into a table of at most as many rows (`merge_from_driver`). `rows`: the
+    delta-rs MERGE into a table of at most DRIVER_MERGE_TARGET_ROWS (`merge_from_driver`). `rows`: the
     source's row count when the caller knows it; a larger source is then not collected."""
     columns = [c for c, _ in schema_pairs(schema)]
     table = fresh_table(path)  # an insert-only source is appended through it (`append_if_new`)
@@ -894,6 +894,17 @@ def upsert_small(
 # with delta-rs (docs/benchmarks.md, "Session 24"). Steps whose output is known to be small (from
 # the Delta log's row counts, before any Spark job) write through the driver.
 DRIVER_WRITE_ROWS = 200_000
+
+# A MERGE's target may be larger than its source: delta-rs rewrites a table of this many rows in
+# well under a second where Spark's MERGE INTO takes seconds (the 30 x 200,000 benchmark's
+# `sessions`, 420,719 rows, with 15,145 source rows touching every file: 0.23-0.42 s against
+# 2.9-3.6 s on a warmed Spark; docs/benchmarks.md, "Session 51"). Its memory grows with the
+# table (about +200 MB on the driver at 420,000 rows in row groups of MERGE_ROW_GROUP_ROWS,
+# +770 MB at 2.1 M rows): above this, Spark merges.
+DRIVER_MERGE_TARGET_ROWS = 1_000_000
+# Row groups of a driver MERGE's files: delta-rs buffers a row group in memory before encoding
+# it (its default, about a million rows, held +390 MB for that `sessions` rewrite).
+MERGE_ROW_GROUP_ROWS = 32_768
 
 # At most this many full-width rows (a load batch's kept rows, a run's filtered_events rows) are
 # fetched to the driver for a delta-rs write: about 25 MB of Arrow at the benchmark's 40 columns.
@@ -1113,7 +1124,7 @@ def append_from_driver(
 
 def merge_from_driver(path: str, data: pa.Table, key: str, columns: Sequence[str]) -> bool:
     """`merge` of `data` (Arrow, with `_delete`) through delta-rs when the table holds at most
-    DRIVER_WRITE_ROWS rows (its Delta log says so): the same clauses in the same order (a
+    DRIVER_MERGE_TARGET_ROWS rows (its Delta log says so): the same clauses in the same order (a
     `_delete` row removes its match; other matches are updated; the rest inserted unless
     `_delete`). Returns False without writing otherwise, or when the table's columns are not
     `columns`, for the Spark MERGE."""
@@ -1121,7 +1132,7 @@ def merge_from_driver(path: str, data: pa.Table, key: str, columns: Sequence[str
     if table is None or not plain_protocol(table):
         return False
     rows = live_rows(table)
-    if rows is None or rows > DRIVER_WRITE_ROWS:
+    if rows is None or rows > DRIVER_MERGE_TARGET_ROWS:
         return False
     matching = _matching(data.drop_columns(["_delete"]), table)
     if matching is None:
@@ -1130,6 +1141,8 @@ def merge_from_driver(path: str, data: pa.Table, key: str, columns: Sequence[str
     quoted = {c: f's."{c}"' for c in columns}
 
     def write() -> None:
+        from deltalake import WriterProperties
+
         table = fresh_table(path)
         (
             table.merge(
@@ -1137,6 +1150,7 @@ def merge_from_driver(path: str, data: pa.Table, key: str, columns: Sequence[str
                 predicate=f't."{key}" = s."{key}"',
                 source_alias="s",
                 target_alias="t",
+                writer_properties=WriterProperties(max_row_group_size=MERGE_ROW_GROUP_ROWS),
             )
             .when_matched_delete(predicate='s."_delete"')
             .when_matched_update(updates={f'"{c}"': v for c, v in quoted.items()})

@@ -212,6 +212,46 @@ def test_a_merge_of_few_rows_on_the_driver_writes_what_spark_merge_writes(
     assert got["driver"] == got["spark"] == got["a writer feature"] == expected
 
 
+def test_a_merge_into_a_table_larger_than_its_source_limit_is_the_drivers_up_to_its_own(
+    spark, tmp_path, monkeypatch
+):
+    """A small source merged into a table above DRIVER_WRITE_ROWS is still the driver's MERGE
+    while the table holds at most DRIVER_MERGE_TARGET_ROWS rows (Spark's above), writes row groups
+    of at most MERGE_ROW_GROUP_ROWS, and leaves the rows Spark's MERGE leaves."""
+    import pyarrow.parquet as pq
+
+    from sessionize_assets.resources.delta import merge
+
+    schema = "k string, v long"
+    before = [(f"k{i}", i) for i in range(6)]
+    source = spark.createDataFrame(
+        [("k0", 100, False), ("k1", None, True), ("k9", 9, False)], f"{schema}, _delete boolean"
+    )
+    monkeypatch.setattr(delta, "DRIVER_WRITE_ROWS", 3)  # the source's size, below the table's
+    monkeypatch.setattr(delta, "MERGE_ROW_GROUP_ROWS", 2)
+    got = {}
+    for target_limit, writer in ((6, "delta-rs"), (5, "Apache-Spark")):
+        monkeypatch.setattr(delta, "DRIVER_MERGE_TARGET_ROWS", target_limit)
+        path = tmp_path / writer
+        spark.createDataFrame(before, schema).coalesce(1).write.format("delta").save(str(path))
+        merge(spark, str(path), source, "k", schema)
+        table = delta.delta_table(str(path))
+        commit = table.history(1)[0]
+        assert commit["operation"] == "MERGE", commit
+        assert str(commit.get("engineInfo")).startswith(writer), commit
+        if writer == "delta-rs":
+            files = [f.removeprefix("file://") for f in table.file_uris()]
+            assert sum(pq.ParquetFile(f).metadata.num_rows for f in files) == 6
+            assert {
+                pq.ParquetFile(f).metadata.row_group(i).num_rows <= 2
+                for f in files
+                for i in range(pq.ParquetFile(f).metadata.num_row_groups)
+            } == {True}
+        got[writer] = sorted(tuple(r) for r in spark.read.format("delta").load(str(path)).collect())
+    expected = sorted([("k0", 100), *((f"k{i}", i) for i in range(2, 6)), ("k9", 9)])
+    assert got["delta-rs"] == got["Apache-Spark"] == expected
+
+
 def test_a_merge_that_only_inserts_is_appended_by_the_driver(spark, tmp_path, monkeypatch):
     """`merge` of new keys only (a null key matches nothing) is one delta-rs append with the rows
     Spark's MERGE INTO inserts; a source with a stored key, a removal or a null `_delete` is
