@@ -100,6 +100,13 @@ from sessionize_assets.time_based.tables import (
 # (about 1.5 KB a row deserialized: ~450 MB); more are read twice instead.
 CACHED_LOAD_DAY_ROWS = 300_000
 
+# `daily_aggregates` from up to this many rows (counted in the Delta log) is aggregated by Spark
+# and fetched, at most DRIVER_WRITE_ROWS rows of it, for the driver's write: a (user, day) row
+# stands for many events (the 30 x 200,000 benchmark's day: about 394,000 rows aggregated into
+# tens of thousands), and a Spark write of them plans and commits through Delta's transaction.
+# More aggregated rows than that: Spark writes them (the aggregation runs again, on rows kept).
+DRIVER_AGGREGATE_ROWS = 2_000_000
+
 
 @dataclass
 class StepResult:
@@ -743,8 +750,9 @@ def _daily_aggregates(
             )
             # --- the processing-manifest lock wraps from here (see `guarded`)
             try:
-                # Few rows (counted in the Delta log): collected and committed by the driver.
-                on_driver = existing and sum(rows_counted.values()) <= DRIVER_WRITE_ROWS
+                # Few rows aggregated (counted in the Delta log), or few aggregated rows out of
+                # up to DRIVER_AGGREGATE_ROWS: collected and committed by the driver.
+                on_driver = existing and sum(rows_counted.values()) <= DRIVER_AGGREGATE_ROWS
                 aggregated_by = "Spark"
                 if on_driver:
                     computed = None
@@ -753,10 +761,12 @@ def _daily_aggregates(
                             local_rows, settings, horizons, with_rows, aggregated_at
                         )
                     if computed is None:
-                        computed = fetch_arrow(daily)[0]
+                        computed = fetch_arrow(daily.limit(DRIVER_WRITE_ROWS + 1))[0]
+                        if computed.num_rows > DRIVER_WRITE_ROWS:
+                            computed = None  # more (user, day) rows: Spark writes them
                     else:
                         aggregated_by = "the driver (plain Python)"
-                    on_driver = replace_partitions_from_driver(
+                    on_driver = computed is not None and replace_partitions_from_driver(
                         tables.daily_aggregates, computed, EVENT_DATE, days
                     )
                 if not on_driver:

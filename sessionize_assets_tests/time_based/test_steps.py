@@ -600,6 +600,52 @@ def test_small_outputs_are_committed_by_the_driver_as_spark_would_write_them(
     ] == 2  # the pending row counted
 
 
+def test_few_aggregated_rows_of_many_rows_are_written_by_the_driver(
+    spark, scenario, tmp_path, monkeypatch
+) -> None:
+    """More rows aggregated than DRIVER_WRITE_ROWS (up to DRIVER_AGGREGATE_ROWS): Spark aggregates
+    them and the driver writes the result when it holds at most DRIVER_WRITE_ROWS rows, Spark when
+    it holds more; both leave the table Spark's write leaves."""
+    from sessionize_assets.resources import delta
+    from sessionize_assets.time_based import steps
+
+    days = [day(1), day(2), day(4)]
+
+    def daily_rows(lake: LakeResource) -> list:
+        return sorted(
+            tuple(
+                sorted((k, tuple(sorted(v.items())) if isinstance(v, dict) else v) for k, v in row)
+            )
+            for row in (
+                r.asDict(recursive=True).items()
+                for r in read(spark, lake, "daily_aggregates").drop("_aggregated_at").collect()
+            )
+        )
+
+    monkeypatch.setattr(delta, "LOCAL_READ_ROWS", -1)  # Spark reads, so Spark aggregates
+    got, written_by = {}, {}
+    for case in ("reference", "fits", "too many"):
+        lake, _ = clone(scenario, tmp_path / case.replace(" ", "_"))
+        if case == "reference":
+            monkeypatch.setattr(steps, "DRIVER_WRITE_ROWS", -1)
+        else:
+            out = sum(dict(r)["event_date"] in days for r in got["reference"])
+            monkeypatch.setattr(steps, "DRIVER_WRITE_ROWS", out if case == "fits" else out - 1)
+        result = steps.daily_aggregates_step(
+            spark, tables_of(lake), lake.settings, days, all_loaded_rows=True
+        )
+        aggregated = sum(result.metadata["rows counted per event day"].values())
+        got[case], written_by[case] = daily_rows(lake), result.metadata["written by"]
+        if case == "fits":
+            assert aggregated > steps.DRIVER_WRITE_ROWS  # the limit on the rows aggregated missed
+    assert written_by == {
+        "reference": "Spark",
+        "fits": "the driver (delta-rs)",
+        "too many": "Spark",
+    }
+    assert got["fits"] == got["too many"] == got["reference"]
+
+
 def test_the_drivers_deduplication_marks_the_rows_spark_marks(spark, tmp_path, monkeypatch) -> None:
     """`filtered_events` with its decisions on the driver (few load day rows: delta-rs reads the
     look-back keys, `decisions_needed` decides) against Spark's marking (forced), on random
