@@ -245,11 +245,16 @@ def small_query_conf(spark: SparkSession, enabled: bool) -> Iterator[None]:
     if not enabled:
         yield
         return
+    cores = str(max(1, default_parallelism(spark)))
     wanted = {
         "spark.sql.adaptive.enabled": "false",
-        "spark.sql.shuffle.partitions": str(max(1, default_parallelism(spark))),
+        "spark.sql.shuffle.partitions": cores,
         "spark.sql.codegen.wholeStage": "false",
         "spark.sql.codegen.factoryMode": SMALL_QUERY_EXPRESSIONS,
+        # A fetch with a row limit (`localized`, the driver's writes) computes one partition
+        # first and the rest in a second job: with one shuffle partition per core, one core at
+        # a time. Every partition at once instead.
+        "spark.sql.limit.initialNumPartitions": cores,
     }
     with temporary_conf(spark, wanted):
         yield

@@ -41,6 +41,25 @@ def test_a_small_run_executes_interpreted_without_adaptive_stages_then_restores(
     assert "HashAggregateExec" in inside  # the plan was walked
 
 
+def test_a_small_runs_fetch_with_a_row_limit_computes_every_partition_in_one_job(spark) -> None:
+    """Spark computes a fetch with a row limit one partition first and the rest in a later job;
+    in a small run, with one shuffle partition per core, that was one core at a time (over
+    Spark Connect, every `localized` fetch)."""
+    from sessionize_assets.resources.spark import default_parallelism
+
+    assert default_parallelism(spark) >= 2  # else one partition, one job: nothing to show
+    grouped = spark.range(0, 1000, numPartitions=2).groupBy((F.col("id") % 10).alias("k")).count()
+    tracker = spark.sparkContext.statusTracker()
+    with small_query_conf(spark, True):
+        spark.sparkContext.setJobGroup("limited fetch", "a fetch with a row limit")
+        try:
+            rows = grouped.limit(100).collect()
+        finally:
+            spark.sparkContext.setJobGroup("", "")
+    assert len(rows) == 10
+    assert len(tracker.getJobIdsForGroup("limited fetch")) == 1
+
+
 def test_a_large_run_keeps_the_session_settings(spark) -> None:
     with temporary_conf(spark, PRODUCTION):
         with small_query_conf(spark, False):
