@@ -895,15 +895,15 @@ def upsert_small(
 # the Delta log's row counts, before any Spark job) write through the driver.
 DRIVER_WRITE_ROWS = 200_000
 
-# A MERGE's target may be larger than its source: delta-rs rewrites a table of this many rows in
+# A MERGE's target may be larger than its source: delta-rs rewrites a table of 400,000 rows in
 # well under a second where Spark's MERGE INTO takes seconds (the 30 x 200,000 benchmark's
 # `sessions`, 420,719 rows, with 15,145 source rows touching every file: 0.23-0.42 s against
 # 2.9-3.6 s on a warmed Spark; docs/benchmarks.md, "Session 51"). Its memory grows with the
 # table (about +200 MB on the driver at 420,000 rows in row groups of MERGE_ROW_GROUP_ROWS,
 # +770 MB at 2.1 M rows): above this, Spark merges.
 DRIVER_MERGE_TARGET_ROWS = 1_000_000
-# Row groups of a driver MERGE's files: delta-rs buffers a row group in memory before encoding
-# it (its default, about a million rows, held +390 MB for that `sessions` rewrite).
+# Row groups of a driver MERGE's files: delta-rs holds a whole row group in memory until it
+# flushes it (its default, about a million rows, took +357 MB for that `sessions` rewrite).
 MERGE_ROW_GROUP_ROWS = 32_768
 
 # At most this many full-width rows (a load batch's kept rows, a run's filtered_events rows) are
