@@ -730,8 +730,9 @@ def merge(
 
     A source of at most DRIVER_WRITE_ROWS rows is collected once, as Arrow, for the driver's
     writers: an append when the MERGE would only insert (`append_if_new`, any table size), else a
-    delta-rs MERGE into a table of at most DRIVER_MERGE_TARGET_ROWS (`merge_from_driver`). `rows`: the
-    source's row count when the caller knows it; a larger source is then not collected."""
+    delta-rs MERGE into a table of at most DRIVER_MERGE_TARGET_ROWS rows (`merge_from_driver`).
+    `rows`: the source's row count when the caller knows it; a larger source is then not
+    collected."""
     columns = [c for c, _ in schema_pairs(schema)]
     table = fresh_table(path)  # an insert-only source is appended through it (`append_if_new`)
     if table is None:
