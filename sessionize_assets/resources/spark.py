@@ -9,8 +9,10 @@ engine of `resources/engine.py`; `SESSIONIZE_SPARK_REMOTE=home` means the engine
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -76,7 +78,36 @@ def _remote_session(url: str, overrides: Mapping[str, str] | None) -> SparkSessi
     existing = RemoteSparkSession.getActiveSession() or RemoteSparkSession._get_default_session()
     if existing is not None:
         return existing  # as the embedded engine: settings are applied once, at creation
-    return RemoteSparkSession.builder.remote(url).config(map=session_conf(overrides)).create()
+    return release_at_exit(
+        RemoteSparkSession.builder.remote(url).config(map=session_conf(overrides)).create()
+    )
+
+
+# How long a process's exit waits for the server to release its Connect session.
+RELEASE_TIMEOUT_S = 5.0
+
+
+def release_at_exit(session: SparkSession, timeout_s: float = RELEASE_TIMEOUT_S) -> SparkSession:
+    """`session`, released on the server when this process exits: its `stop` waits at most
+    `timeout_s` there (an engine that went away must not hold up the exit).
+
+    The server keeps a session its client did not release for an hour after its last use, and
+    with it every plan the session ran, driver-local DataFrames' rows included: a burst of days on
+    one engine (one `sessionize` process, one session each) filled the engine's heap in session 51
+    (docs/benchmarks.md, "Session 52"). pyspark's own exit handler releases nothing by default,
+    and its one call (clearing the session's ML cache, which the release clears too) retries an
+    unreachable server for minutes: it is replaced."""
+
+    def release() -> None:
+        releasing = threading.Thread(target=session.stop, name="release-session", daemon=True)
+        releasing.start()
+        releasing.join(timeout_s)
+
+    client_exit = getattr(getattr(session, "client", None), "_on_exit", None)
+    if client_exit is not None:
+        atexit.unregister(client_exit)
+    atexit.register(release)
+    return session
 
 
 def get_spark(overrides: Mapping[str, str] | None = None) -> SparkSession:

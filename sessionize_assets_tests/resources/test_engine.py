@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,64 @@ def test_get_spark_connects_to_the_engine_named_by_the_environment(engine_home, 
         assert get_spark() is spark  # one session per process, as the embedded engine
     finally:
         spark.stop()
+
+
+# A `sessionize`-like process: a Connect session with a driver-local DataFrame, then the command
+# line's exit (`cli.leave`: exit handlers, then os._exit).
+_CLIENT_PROCESS = """
+import pyarrow as pa
+from sessionize_assets.cli import leave
+from sessionize_assets.resources.spark import get_spark
+
+spark = get_spark()
+spark.createDataFrame(pa.table({"x": list(range(1000))})).count()
+print(spark.session_id, flush=True)
+leave(0)
+"""
+
+
+def test_a_process_releases_its_connect_session_when_it_exits(engine_home):
+    """The server keeps a session its client did not release (and every plan it ran) for an
+    hour; a process releases its own at exit, so the session is closed once the process is
+    gone."""
+    _, info = engine_home
+    env = {**os.environ, "SESSIONIZE_SPARK_REMOTE": info.url}
+    env.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    done = subprocess.run(
+        [sys.executable, "-c", _CLIENT_PROCESS],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    session_id = done.stdout.split()[-1]
+    again = _remote_session(f"{info.url};session_id={session_id}")
+    try:
+        with pytest.raises(Exception, match="SESSION_CLOSED"):
+            again.sql("SELECT 1").collect()
+    finally:
+        again.stop()
+
+
+def test_an_engine_that_went_away_does_not_hold_up_a_process_exit():
+    """Releasing the session waits at most RELEASE_TIMEOUT_S (pyspark's own release retries an
+    unreachable server for minutes)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # A session created without settings calls no server; releasing it does.
+    script = f"""
+from pyspark.sql.connect.session import SparkSession
+from sessionize_assets.cli import leave
+from sessionize_assets.resources.spark import release_at_exit
+
+release_at_exit(SparkSession.builder.remote("sc://127.0.0.1:{port}").create())
+leave(0)
+"""
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", script], timeout=90, check=True)
+    assert time.monotonic() - started < 30
 
 
 def test_a_filter_naming_hundreds_of_users_and_a_64_file_union_pass_over_connect(
