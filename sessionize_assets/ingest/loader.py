@@ -294,6 +294,7 @@ def prepare_file(
         .withColumn(SOURCE_FILE, F.lit(source))
         .withColumn(LOAD_ID, F.lit(load_id))
     )
+    typed = kept_for_landing(typed)
     all_columns = [
         c
         for c in typed.columns
@@ -323,6 +324,16 @@ def prepare_file(
         valid=valid,
         invalid=invalid,
     )
+
+
+def kept_for_landing(typed: DataFrame) -> DataFrame:
+    """The classified rows as `land_batch` keeps them while it counts and writes them: the raw text
+    of rejected rows only (`invalid_events.raw`; usable rows never write theirs), and none of the
+    raw field texts validation decided on. The kept copy is about half the size of the one with
+    every row's text (docs/benchmarks.md, "Session 52")."""
+    return typed.withColumn(
+        "_raw_text", F.when(F.col(validate.REASON).isNotNull(), F.col("_raw_text"))
+    ).drop(*[c for c in typed.columns if c.startswith("_raw_") and c != "_raw_text"])
 
 
 def _merge_schema(existing: T.StructType | None, incoming: T.StructType) -> T.StructType:
