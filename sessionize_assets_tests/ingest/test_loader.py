@@ -7,7 +7,7 @@ from pyspark.sql import functions as F
 
 from sessionize_assets.errors import SettingsError, UserError
 from sessionize_assets.home import Home
-from sessionize_assets.ingest.loader import file_sha256, load_paths
+from sessionize_assets.ingest.loader import file_sha256, load_paths, prepare_file
 from sessionize_assets.resources.tables import EVENTS, INVALID_EVENTS, LOAD_LOG
 from sessionize_assets.settings import Settings
 from sessionize_assets_tests.conftest import ORACLE_DIR
@@ -33,6 +33,22 @@ def _events(spark, home):
 
 def _invalid(spark, home):
     return spark.read.format("delta").load(Home(home).table(INVALID_EVENTS))
+
+
+def test_a_batch_keeps_the_raw_text_of_its_rejected_rows_only(spark, tmp_path):
+    """What `land_batch` persists while it counts and writes: a usable row's raw text is never
+    written, so it is not kept (nor the raw field texts validation decided on)."""
+    f = tmp_path / "day.csv"
+    f.write_text(
+        HEADER
+        + "\ne1,web,page_view,u1,s1,2024-03-01 10:00:00,,2024-03-01 10:00:05,x"
+        + "\ne5,web,page_view,u1,s1,not-a-time,,2024-03-01 10:04:05,x\n"
+    )
+    prepared = prepare_file(spark, f, file_sha256(f), Settings(), NOW)
+    assert [c for c in prepared.typed.columns if c.startswith("_raw_")] == ["_raw_text"]
+    rows = {r["event_id"]: r for r in prepared.typed.collect()}
+    assert rows["e1"]["_raw_text"] is None and rows["e1"]["_invalid_reason"] is None
+    assert rows["e5"]["_raw_text"].startswith("e5,web,page_view,u1,s1,not-a-time")
 
 
 def test_csv_with_bad_rows_accounts_for_every_row(spark, home, tmp_path):
