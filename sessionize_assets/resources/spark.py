@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import os
 import re
+import socket
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -23,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from sessionize_assets.errors import SettingsError
+from sessionize_assets.errors import SettingsError, UserError
 from sessionize_assets.resources.spark_conf import DEFAULT_SPARK_CONF, spark_conf
 
 REMOTE_SETTING = "spark.remote"
@@ -42,7 +43,6 @@ def remote_url(overrides: Mapping[str, str] | None = None) -> str | None:
         return None
     url = str(url).strip()
     if url == HOME_ENGINE:
-        from sessionize_assets.errors import UserError
         from sessionize_assets.home import Home
         from sessionize_assets.resources import engine
 
@@ -69,15 +69,46 @@ def session_conf(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
     }
 
 
+# How long the check that a Connect server listens waits for a connection.
+REACHABLE_TIMEOUT_S = 5.0
+
+
+def check_reachable(url: str, timeout_s: float = REACHABLE_TIMEOUT_S) -> None:
+    """Raise UserError (one sentence) unless something accepts connections at the host and port
+    of the Connect URL `url`: a client of a server that is not there retries for about ten
+    minutes before it fails (pyspark's default retry policy), silently."""
+    from pyspark.sql.connect.client.core import DefaultChannelBuilder
+
+    where = "`spark.remote` in the `spark` setting, $SESSIONIZE_SPARK_REMOTE or $SPARK_REMOTE"
+    try:
+        endpoint = DefaultChannelBuilder(url).endpoint
+        host, _, port = endpoint.rpartition(":")
+        address = (host.strip("[]"), int(port))
+    except Exception:  # noqa: BLE001 - pyspark's own parse errors
+        shown = url.split(";", 1)[0]  # never the token its parameters may carry
+        raise UserError(
+            f"The Spark Connect URL {shown!r} is not of the form sc://host:port; fix it ({where})."
+        ) from None
+    try:
+        with socket.create_connection(address, timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise UserError(
+            f"No Spark Connect server answers at {endpoint} ({exc.strerror or exc}); start it "
+            f"(`sessionize engine start` for the home's warm engine) or fix the URL ({where})."
+        ) from None
+
+
 def _remote_session(url: str, overrides: Mapping[str, str] | None) -> SparkSession:
     from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
 
-    # As SparkSession.builder does for `remote`: pyspark.sql.functions, DeltaTable, ... then
-    # build Connect objects in this process.
-    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
     existing = RemoteSparkSession.getActiveSession() or RemoteSparkSession._get_default_session()
     if existing is not None:
         return existing  # as the embedded engine: settings are applied once, at creation
+    check_reachable(url)
+    # As SparkSession.builder does for `remote`: pyspark.sql.functions, DeltaTable, ... then
+    # build Connect objects in this process.
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
     return release_at_exit(
         RemoteSparkSession.builder.remote(url).config(map=session_conf(overrides)).create()
     )

@@ -455,6 +455,51 @@ def test_home_engine_that_is_not_running_is_a_user_error(tmp_path, monkeypatch):
         get_spark()
 
 
+def test_a_connect_url_nothing_answers_at_is_one_sentence(tmp_path):
+    """Not ten minutes of pyspark's retries: the command says where nothing answers and exits."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # The command line: one sentence on stderr, a non-zero exit, in seconds (first: a process
+    # of its own fails by its timeout where the call below would wait for minutes).
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "day.csv").write_text("event_id\ne1\n")
+    config = tmp_path / "sessionize.yaml"
+    config.write_text(f"spark:\n  spark.remote: sc://127.0.0.1:{port}\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_CONNECT_MODE_ENABLED",)}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sessionize_assets.cli",
+            "--home",
+            str(tmp_path / "home"),
+            "--config",
+            str(config),
+            "load",
+            str(tmp_path / "data"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == [
+        f"error: No Spark Connect server answers at 127.0.0.1:{port} (Connection refused); start it "
+        "(`sessionize engine start` for the home's warm engine) or fix the URL (`spark.remote` in "
+        "the `spark` setting, $SESSIONIZE_SPARK_REMOTE or $SPARK_REMOTE)."
+    ]
+    # The session's function, for a URL nothing answers at and for one that is not a URL.
+    with pytest.raises(UserError, match=f"No Spark Connect server answers at 127.0.0.1:{port} "):
+        get_spark({"spark.remote": f"sc://127.0.0.1:{port}/;token=secret"})
+    with pytest.raises(
+        UserError, match="'http://127.0.0.1:1' is not of the form sc://host:port"
+    ) as bad:
+        get_spark({"spark.remote": "http://127.0.0.1:1;token=secret"})
+    assert "secret" not in str(bad.value)
+
+
 def test_a_remote_session_gets_only_the_settings_a_client_may_change():
     conf = session_conf({"spark.master": "local[2]", "spark.sql.shuffle.partitions": "5"})
     assert conf["spark.sql.shuffle.partitions"] == "5"
