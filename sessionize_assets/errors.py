@@ -1,5 +1,7 @@
 """Errors that are the user's to fix: the CLI prints them as one sentence and exits non-zero."""
 
+import re
+
 
 class UserError(Exception):
     """A mistake the user can fix (bad setting, wrong path, missing set-up step)."""
@@ -39,5 +41,14 @@ def one_sentence(exc: BaseException, limit: int = 300) -> str:
     kind = type(cause).__name__
     if kind == "BranchUnreadableError":  # already a sentence of ours
         return text
+    if "status = StatusCode.UNAVAILABLE" in str(cause):  # a Spark Connect server went away
+        details = re.search(r'details = "([^"]*)"', str(cause))
+        text = (
+            "The Spark Connect server stopped answering"
+            + (f" ({details.group(1)})" if details else "")
+            + "; `sessionize engine status` tells whether the home's warm engine still runs, and"
+            " its log is <home>/engine/engine.log."
+        )
+        return text if len(text) <= limit else text[: limit - 1] + "…"
     sentence = f"{kind}: {text}" if text else kind
     return sentence if len(sentence) <= limit else sentence[: limit - 1] + "…"

@@ -10,10 +10,12 @@ engine of `resources/engine.py`; `SESSIONIZE_SPARK_REMOTE=home` means the engine
 from __future__ import annotations
 
 import atexit
+import ipaddress
 import os
 import re
 import socket
 import threading
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -73,10 +75,10 @@ def session_conf(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
 REACHABLE_TIMEOUT_S = 5.0
 
 
-def check_reachable(url: str, timeout_s: float = REACHABLE_TIMEOUT_S) -> None:
-    """Raise UserError (one sentence) unless something accepts connections at the host and port
-    of the Connect URL `url`: a client of a server that is not there retries for about ten
-    minutes before it fails (pyspark's default retry policy), silently."""
+def check_reachable(url: str, timeout_s: float = REACHABLE_TIMEOUT_S) -> str:
+    """The host of the Connect URL `url`; raise UserError (one sentence) unless something accepts
+    connections at its host and port: a client of a server that is not there retries for about
+    ten minutes before it fails (pyspark's default retry policy), silently."""
     from pyspark.sql.connect.client.core import DefaultChannelBuilder
 
     where = "`spark.remote` in the `spark` setting, $SESSIONIZE_SPARK_REMOTE or $SPARK_REMOTE"
@@ -91,7 +93,7 @@ def check_reachable(url: str, timeout_s: float = REACHABLE_TIMEOUT_S) -> None:
         ) from None
     try:
         with socket.create_connection(address, timeout=timeout_s):
-            pass
+            return address[0]
     except OSError as exc:
         raise UserError(
             f"No Spark Connect server answers at {endpoint} ({exc.strerror or exc}); start it "
@@ -105,13 +107,35 @@ def _remote_session(url: str, overrides: Mapping[str, str] | None) -> SparkSessi
     existing = RemoteSparkSession.getActiveSession() or RemoteSparkSession._get_default_session()
     if existing is not None:
         return existing  # as the embedded engine: settings are applied once, at creation
-    check_reachable(url)
+    host = check_reachable(url)
     # As SparkSession.builder does for `remote`: pyspark.sql.functions, DeltaTable, ... then
     # build Connect objects in this process.
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
-    return release_at_exit(
-        RemoteSparkSession.builder.remote(url).config(map=session_conf(overrides)).create()
-    )
+    session = RemoteSparkSession.builder.remote(url).create()  # no call to the server yet
+    if _is_loopback(host):
+        from pyspark.sql.connect.client.retries import DefaultPolicy
+
+        session.client.set_retry_policies([DefaultPolicy(max_retries=LOCAL_ENGINE_RETRIES)])
+        # The failure is reported as one sentence (`errors.one_sentence`), not also as a warning.
+        warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]")
+    settings = session_conf(overrides)
+    if settings:  # as the builder's `config(map=...).create()` applies them
+        session.conf._set_all(configs=settings, silent=True)
+    return release_at_exit(session)
+
+
+# Retries of a call to an engine on this machine that stopped answering (a killed JVM): three,
+# about 5 s in all (five took 54 s). pyspark's default policy (15), made for remote servers,
+# retries for at least ten minutes, silently; a local engine that is gone does not come back
+# with the session.
+LOCAL_ENGINE_RETRIES = 3
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+    except (OSError, ValueError):
+        return False
 
 
 # How long a process's exit waits for the server to release its Connect session.

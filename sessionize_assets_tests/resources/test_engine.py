@@ -5,11 +5,13 @@ engine (stale pid file, port in use, settings) start none."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -498,6 +500,42 @@ def test_a_connect_url_nothing_answers_at_is_one_sentence(tmp_path):
     ) as bad:
         get_spark({"spark.remote": "http://127.0.0.1:1;token=secret"})
     assert "secret" not in str(bad.value)
+
+
+def test_a_local_engine_that_stops_answering_fails_the_command_in_seconds_in_one_sentence():
+    """A server on this machine that accepts connections and drops them (as a killed engine's
+    port would, or a restarted one that no longer knows the session): pyspark's own policy
+    retries for at least ten minutes; a local engine's client gives up after a few retries."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+
+    def drop_every_connection() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                server.accept()[0].close()
+
+    threading.Thread(target=drop_every_connection, daemon=True).start()
+    script = f"""
+from sessionize_assets.errors import one_sentence
+from sessionize_assets.resources.spark import get_spark
+
+try:
+    get_spark({{"spark.remote": "sc://127.0.0.1:{server.getsockname()[1]}"}})
+except Exception as exc:
+    print(one_sentence(exc))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_CONNECT_MODE_ENABLED"}
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=150
+        )
+    finally:
+        server.close()
+    assert time.monotonic() - started < 90
+    assert done.stdout.startswith("The Spark Connect server stopped answering (")
+    assert "sessionize engine status" in done.stdout and "RETRIES_EXCEEDED" not in done.stderr
 
 
 def test_a_remote_session_gets_only_the_settings_a_client_may_change():
