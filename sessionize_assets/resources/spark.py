@@ -150,8 +150,8 @@ def release_at_exit(session: SparkSession, timeout_s: float = RELEASE_TIMEOUT_S)
     with it every plan the session ran, driver-local DataFrames' rows included: a burst of days on
     one engine (one `sessionize` process, one session each) filled the engine's heap in session 51
     (docs/benchmarks.md, "Session 52"). pyspark's own exit handler releases nothing by default,
-    and its one call (clearing the session's ML cache, which the release clears too) retries an
-    unreachable server for minutes: it is replaced."""
+    and its one call (clearing the session's ML cache; this project caches no ML models) retries
+    an unreachable server for minutes: it is replaced."""
 
     def release() -> None:
         releasing = threading.Thread(target=session.stop, name="release-session", daemon=True)
