@@ -173,16 +173,20 @@ leave(0)
 """
 
 
+def _client_env(**extra: str) -> dict[str, str]:
+    """The environment of a client process: this one's, not in Connect mode, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_CONNECT_MODE_ENABLED"}
+    return {**env, **extra}
+
+
 def test_a_process_releases_its_connect_session_when_it_exits(engine_home):
     """The server keeps a session its client did not release (and every plan it ran) for an
     hour; a process releases its own at exit, so the session is closed once the process is
     gone."""
     _, info = engine_home
-    env = {**os.environ, "SESSIONIZE_SPARK_REMOTE": info.url}
-    env.pop("SPARK_CONNECT_MODE_ENABLED", None)
     done = subprocess.run(
         [sys.executable, "-c", _CLIENT_PROCESS],
-        env=env,
+        env=_client_env(SESSIONIZE_SPARK_REMOTE=info.url),
         capture_output=True,
         text=True,
         timeout=120,
@@ -200,9 +204,7 @@ def test_a_process_releases_its_connect_session_when_it_exits(engine_home):
 def test_an_engine_that_went_away_does_not_hold_up_a_process_exit():
     """Releasing the session waits at most RELEASE_TIMEOUT_S (pyspark's own release retries an
     unreachable server for minutes)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = engine.free_port()
     # A session created without settings calls no server; releasing it does.
     script = f"""
 from pyspark.sql.connect.session import SparkSession
@@ -459,16 +461,13 @@ def test_home_engine_that_is_not_running_is_a_user_error(tmp_path, monkeypatch):
 
 def test_a_connect_url_nothing_answers_at_is_one_sentence(tmp_path):
     """Not ten minutes of pyspark's retries: the command says where nothing answers and exits."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = engine.free_port()
     # The command line: one sentence on stderr, a non-zero exit, in seconds (first: a process
     # of its own fails by its timeout where the call below would wait for minutes).
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "day.csv").write_text("event_id\ne1\n")
     config = tmp_path / "sessionize.yaml"
     config.write_text(f"spark:\n  spark.remote: sc://127.0.0.1:{port}\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_CONNECT_MODE_ENABLED",)}
     done = subprocess.run(
         [
             sys.executable,
@@ -481,7 +480,7 @@ def test_a_connect_url_nothing_answers_at_is_one_sentence(tmp_path):
             "load",
             str(tmp_path / "data"),
         ],
-        env=env,
+        env=_client_env(),
         capture_output=True,
         text=True,
         timeout=120,
@@ -525,11 +524,14 @@ try:
 except Exception as exc:
     print(one_sentence(exc))
 """
-    env = {k: v for k, v in os.environ.items() if k != "SPARK_CONNECT_MODE_ENABLED"}
     started = time.monotonic()
     try:
         done = subprocess.run(
-            [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=150
+            [sys.executable, "-c", script],
+            env=_client_env(),
+            capture_output=True,
+            text=True,
+            timeout=150,
         )
     finally:
         server.close()
