@@ -157,11 +157,7 @@ def process_sessions_on_driver(
     if side is None:
         return None
 
-    from sessionize_assets.sessions.steps import (
-        count_replacement,
-        replace_session_rows,
-        write_side_rows,
-    )
+    from sessionize_assets.sessions.steps import count_replacement, replace_session_rows
 
     outcome.rows_read["lifecycle rows"] = len(old_lifecycle)
     outcome.rows_read["events of touched sessions"] = len(read)
@@ -171,10 +167,66 @@ def process_sessions_on_driver(
     replaced = [o["session_identifier"] for o in old_lifecycle]
     write = replace_session_rows(spark, table_path(SESSIONS), computed_table, replaced)
     count_replacement(outcome, write)
-    # The side tables first, as `process_sessions` writes them (see there).
+    _write_bookkeeping(spark, table_path, side, computed, old_lifecycle, write, outcome)
+    return write
+
+
+def bookkeep_on_driver(
+    spark: SparkSession,
+    table_path: TablePath,
+    settings: Settings,
+    computed: pa.Table,
+    old_lifecycle: pa.Table,
+    write: SessionsWrite,
+    now: dt.datetime,
+    outcome: ModelOutcome,
+) -> bool:
+    """The side tables and the lifecycle manifest of a gap-mode Spark run whose recomputed
+    sessions (`in_scope`'s rows) and replaced lifecycle rows the driver holds, written as
+    `write_side_tables` and `process_sessions` write them, with no Spark statement but the writes
+    the driver cannot take. False, having written nothing, when the driver cannot compute them
+    (a stored row the driver cannot read, or a null start or end); Spark does then.
+
+    On the 30-day benchmark home, Spark's plans over these driver-local rows cost a 200,000-event
+    day 13 of its Spark jobs (docs/benchmarks.md, "Session 53")."""
+    new_rows = _utc_rows(computed)
+    old_rows = _utc_rows(old_lifecycle.select([c for c, _ in schema_pairs(LIFECYCLE_SCHEMA)]))
+    if not gap_rows.handles_lifecycle(old_rows) or not gap_rows.handles_lifecycle(new_rows):
+        return False
+    side = _side_rows(table_path, settings, new_rows, old_rows, now)
+    if side is None:
+        return False
+    _write_bookkeeping(spark, table_path, side, new_rows, old_rows, write, outcome)
+    return True
+
+
+def _utc_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """`table`'s rows as dicts, its timestamps aware UTC datetimes."""
+    columns = [
+        column.cast(UTC_MICROS) if pa.types.is_timestamp(field.type) else column
+        for field, column in zip(table.schema, table.columns, strict=True)
+    ]
+    return pa.Table.from_arrays(columns, names=table.column_names).to_pylist()
+
+
+def _write_bookkeeping(
+    spark: SparkSession,
+    table_path: TablePath,
+    side: pa.Table,
+    computed: Sequence[Mapping[str, Any]],
+    old_lifecycle: Sequence[Mapping[str, Any]],
+    write: SessionsWrite,
+    outcome: ModelOutcome,
+) -> None:
+    """Write the side rows, then the lifecycle manifest's changes, of the recomputed sessions
+    that replace the sessions of `old_lifecycle` (the side tables first: see `process_sessions`)."""
+    from sessionize_assets.sessions.steps import write_side_rows
+
+    lc_path = table_path(SESSIONS_LIFECYCLE_MANIFEST)
     write_side_rows(spark, table_path, arrow_frame(spark, side), side, outcome)
     written = 0
     if write.fresh + write.deleted:
+        replaced = [o["session_identifier"] for o in old_lifecycle]
         source = _lifecycle_source(computed, replaced, old_lifecycle)
         written = source.num_rows
         if written:
@@ -182,7 +234,6 @@ def process_sessions_on_driver(
     if not written:
         ensure_table(spark, lc_path, LIFECYCLE_SCHEMA)
     outcome.rows_written["lifecycle rows"] = written
-    return write
 
 
 def _reasons(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:

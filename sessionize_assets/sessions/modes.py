@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -35,7 +36,7 @@ from sessionize_assets.core.trees import fold_balanced
 from sessionize_assets.resources.delta import nulls_for, table_or_empty
 from sessionize_assets.resources.tables import QUARANTINED_SESSIONS, SUPERSEDED_SESSIONS
 from sessionize_assets.sessions.changes import Changes
-from sessionize_assets.sessions.frames import keyed_rows, localize, window_filter
+from sessionize_assets.sessions.frames import keyed_rows, localize, localized, window_filter
 from sessionize_assets.sessions.tables import LIFECYCLE_SCHEMA, QUARANTINED_SCHEMA
 from sessionize_assets.settings import Settings
 
@@ -49,6 +50,8 @@ class Touched:
     read: DataFrame  # prepared events to recompute them from (PREPARED_COLUMNS, gap: PART too)
     replaced_ids: DataFrame  # session_identifier of the sessions the recomputed ones replace
     lifecycle_rows: int  # lifecycle rows read
+    # old_lifecycle's rows as the driver holds them, when it is driver-local (gap mode)
+    old_lifecycle_table: pa.Table | None = None
 
     def unpersist(self) -> None:
         self.ranges.unpersist()
@@ -338,7 +341,7 @@ class GapMode:
         theirs = localize(spark, lifecycle.join(users, "user_identifier", "left_semi"))
         chains = core.gap_chains(theirs, settings)
         ranges = localize(spark, core.gap_change_ranges(changed, settings, chains))
-        old_lifecycle = localize(
+        old_lifecycle, old_table = localized(
             spark, core.overlapping(theirs, self._user_ranges(ranges), on=["user_identifier"])
         )
         # The spans, and the users of each: a span with few users (late events of old sessions)
@@ -350,7 +353,7 @@ class GapMode:
             members=members,
             of_users=user_filter(settings, dict(snapshot.dtypes)),
         )
-        lifecycle_rows = old_lifecycle.count()
+        lifecycle_rows = old_table.num_rows if old_table is not None else old_lifecycle.count()
         theirs.unpersist()  # ranges and old_lifecycle are computed (and kept) by now
         if inside is None:  # nothing usable changed (or only after the upper limit)
             read = (
@@ -373,6 +376,7 @@ class GapMode:
             read=read,
             replaced_ids=old_lifecycle.select("session_identifier"),
             lifecycle_rows=lifecycle_rows,
+            old_lifecycle_table=old_table,
         )
 
     def sessionize(self, events: DataFrame, touched: Touched) -> core.Sessionized:

@@ -402,6 +402,23 @@ def process_sessions(
         spark, table_path(SESSIONS), computed, touched.replaced_ids, computed_rows
     )
     count_replacement(outcome, write)
+    if mode.name == "gap" and computed_rows is not None and touched.old_lifecycle_table is not None:
+        from sessionize_assets.sessions.driver_run import bookkeep_on_driver
+
+        if bookkeep_on_driver(
+            spark,
+            table_path,
+            settings,
+            computed_rows,
+            touched.old_lifecycle_table,
+            write,
+            now,
+            outcome,
+        ):
+            computed.unpersist()
+            read.unpersist()
+            touched.unpersist()
+            return write
 
     # The side tables are derived from the difference between the stored lifecycle rows and the
     # recomputed ones, so they are written first: a run stopped after the lifecycle commit would

@@ -48,15 +48,24 @@ def _tables(spark, home) -> dict[str, list[tuple]]:  # noqa: ANN001
     return out
 
 
-def _route(monkeypatch, way: str, spied) -> None:  # noqa: ANN001
-    """The driver's steps for the driver's home; Spark's change set and steps for the other."""
-    on_driver = way != "spark"
+def _route(monkeypatch, way: str, spied, booked=None) -> None:  # noqa: ANN001
+    """The driver's steps for the driver's home; Spark's change set and steps for the others:
+    with Spark's side tables and lifecycle update for "spark", with the driver's
+    (`bookkeep_on_driver`, `booked` when given) for "spark, driver bookkeeping"."""
+    on_driver = way == "driver"
     monkeypatch.setattr(
         driver_run, "process_sessions_on_driver", spied if on_driver else (lambda *a, **k: None)
     )
     monkeypatch.setattr(
         changes_module, "DRIVER_CHANGE_ROWS", changes_module.CHANGE_ROWS if on_driver else -1
     )
+    if way == "spark":
+        monkeypatch.setattr(driver_run, "bookkeep_on_driver", lambda *a, **k: False)
+    else:
+        monkeypatch.setattr(driver_run, "bookkeep_on_driver", booked or BOOKKEEP_ON_DRIVER)
+
+
+BOOKKEEP_ON_DRIVER = driver_run.bookkeep_on_driver
 
 
 def driver_spy(taken: list[bool]):  # noqa: ANN201
@@ -72,6 +81,17 @@ def driver_spy(taken: list[bool]):  # noqa: ANN201
     return spied
 
 
+def bookkeeping_spy(taken: list[bool]):  # noqa: ANN201
+    """`bookkeep_on_driver` recording in `taken` whether it took each Spark run."""
+
+    def spied(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        done = BOOKKEEP_ON_DRIVER(*args, **kwargs)
+        taken.append(done)
+        return done
+
+    return spied
+
+
 def _counts(outcome) -> dict:  # noqa: ANN001
     return {
         m: (o.rows_read, o.rows_written, o.excluded, o.touched, o.last_success_after)
@@ -79,7 +99,11 @@ def _counts(outcome) -> dict:  # noqa: ANN001
     }
 
 
-# One fresh history per build (about 90 s on 2 cores; seeds 11 and 12 were those it was built
+# "spark" is the reference: Spark's steps throughout.
+WAYS = ("spark", "driver", "spark, driver bookkeeping")
+
+
+# One fresh history per build (about 130 s on 2 cores, three homes; seeds 11 and 12 were those it was built
 # on: SESSIONIZE_SEEDS=11,12 replays them).
 @pytest.mark.parametrize("seed", history_seeds("sessions-driver-run"), ids=seed_id)
 def test_a_small_gap_run_on_the_driver_writes_what_spark_writes(
@@ -95,8 +119,10 @@ def test_a_small_gap_run_on_the_driver_writes_what_spark_writes(
     )
     taken: list[bool] = []
     spied = driver_spy(taken)
+    booked_runs: list[bool] = []
+    booked = bookkeeping_spy(booked_runs)
 
-    homes = {way: tmp_path / way for way in ("driver", "spark")}
+    homes = {way: tmp_path / way.replace(", ", "-") for way in WAYS}
     for home in homes.values():
         home.mkdir()
     compared = 0
@@ -110,18 +136,21 @@ def test_a_small_gap_run_on_the_driver_writes_what_spark_writes(
             elif step[0] == "delete":
                 delete_events(spark, home, step[1])
             else:
-                _route(monkeypatch, way, spied)
+                _route(monkeypatch, way, spied, booked)
                 outcome = run(spark, home, settings, step[1])
                 results[way] = (_counts(outcome), _tables(spark, home))
         if results:
-            assert results["driver"] == results["spark"], f"after the run as of {step[1]}"
+            for way in WAYS[1:]:
+                assert results[way] == results["spark"], f"{way}: after the run as of {step[1]}"
             compared += 1
     # and once more after the deletion, as the equivalence test does
     for way, home in homes.items():
-        _route(monkeypatch, way, spied)
+        _route(monkeypatch, way, spied, booked)
         results[way] = (_counts(run(spark, home, settings, FINAL_NOW)), _tables(spark, home))
-    assert results["driver"] == results["spark"]
+    for way in WAYS[1:]:
+        assert results[way] == results["spark"], way
     assert compared >= 2 and any(taken), "the driver took none of the runs"
+    assert any(booked_runs), "the driver kept the books of none of the Spark runs"
 
 
 def test_a_stored_session_without_timestamps_leaves_the_run_to_spark(
