@@ -20,7 +20,7 @@ The DataFrame transforms they use are in `core.sessionize`; the lifecycle row ru
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -135,34 +135,84 @@ def side_part(df: DataFrame, table: str) -> DataFrame:
 
 
 def _read_spans(
-    ranges: DataFrame, *extra: Column, users: Column | None = None
+    ranges: DataFrame,
+    sums: Sequence[str] = (),
+    users: str | None = None,
+    table: pa.Table | None = None,
 ) -> tuple[list[tuple[int, int]], list[int], list[frozenset[str] | None]]:
     """The read ranges covered by a few spans (`core.read_spans`; microseconds, empty: no range),
-    the sums of the integer `extra` aggregates and, with `users`, the users each span is limited
-    to (`read_spans.read_terms`: spans of few users kept apart from those of many, which may
-    overlap them; without `users`, disjoint spans and None each), in one job. The ranges are widened
-    to whole hours in Spark first, so few rows reach the driver whatever the number of sessions
-    (and at most MAX_USERS_PER_SPAN + 1 users per hour pair)."""
-    hour = read_spans.MICROS_PER_HOUR
-    lo = (F.floor(core._micros("_read_lo") / hour) * hour).cast("long")
-    hi = ((F.floor(core._micros("_read_hi") / hour) + 1) * hour).cast("long")
-    keys = (
-        F.slice(F.collect_set(users), 1, read_spans.MAX_USERS_PER_SPAN + 1)
-        if users is not None
-        else F.lit(None).cast("array<string>")
-    )
-    rows = (
-        ranges.filter(F.col("_read_lo").isNotNull() & F.col("_read_hi").isNotNull())
-        .groupBy(lo.alias("_lo"), hi.alias("_hi"))
-        .agg(F.count(F.lit(1)).alias("_n"), keys.alias("_keys"), *extra)
-        .collect()
-    )
-    sums = [sum(int(r[i + 4] or 0) for r in rows) for i in range(len(extra))]
+    the sums of the integer or boolean columns `sums` and, with the column `users`, the users
+    each span is limited to (`read_spans.read_terms`: spans of few users kept apart from those
+    of many, which may overlap them; without `users`, disjoint spans and None each). The ranges
+    are widened to whole hours first (`span_groups`), so few rows reach the driver whatever the
+    number of sessions (and at most MAX_USERS_PER_SPAN + 1 users per hour pair): by the driver
+    when it holds the ranges (`table`, `ranges`' rows), else in one Spark job."""
+    if table is not None:
+        rows = span_groups(table, sums, users)
+    else:
+        hour = read_spans.MICROS_PER_HOUR
+        lo = (F.floor(core._micros("_read_lo") / hour) * hour).cast("long")
+        hi = ((F.floor(core._micros("_read_hi") / hour) + 1) * hour).cast("long")
+        keys = (
+            F.slice(F.collect_set(F.col(users)), 1, read_spans.MAX_USERS_PER_SPAN + 1)
+            if users is not None
+            else F.lit(None).cast("array<string>")
+        )
+        rows = [
+            (
+                int(r["_lo"]),
+                int(r["_hi"]),
+                r["_keys"],
+                *[int(r[i + 4] or 0) for i in range(len(sums))],
+            )
+            for r in ranges.filter(F.col("_read_lo").isNotNull() & F.col("_read_hi").isNotNull())
+            .groupBy(lo.alias("_lo"), hi.alias("_hi"))
+            .agg(
+                F.count(F.lit(1)).alias("_n"),
+                keys.alias("_keys"),
+                *[F.sum(F.col(c).cast("int")) for c in sums],
+            )
+            .collect()
+        ]
+    totals = [sum(r[3 + i] for r in rows) for i in range(len(sums))]
     if users is None:
-        spans = read_spans.covering_spans((int(r["_lo"]), int(r["_hi"])) for r in rows)
-        return spans, sums, [None] * len(spans)
-    terms = read_spans.read_terms((int(r["_lo"]), int(r["_hi"]), r["_keys"]) for r in rows)
-    return [(lo, hi) for lo, hi, _ in terms], sums, [named for _, _, named in terms]
+        spans = read_spans.covering_spans((lo, hi) for lo, hi, *_ in rows)
+        return spans, totals, [None] * len(spans)
+    terms = read_spans.read_terms((lo, hi, keys) for lo, hi, keys, *_ in rows)
+    return [(lo, hi) for lo, hi, _ in terms], totals, [named for _, _, named in terms]
+
+
+def span_groups(
+    table: pa.Table, sums: Sequence[str] = (), users: str | None = None
+) -> list[tuple[int, int, list[str] | None, *tuple[int, ...]]]:
+    """`_read_spans`' Spark grouping of driver-local ranges, in plain Python: per pair of whole
+    hours `(lo, hi)` around ranges' `[_read_lo, _read_hi]` (ranges with a null end left out),
+    the first MAX_USERS_PER_SPAN + 1 of the users of `users` in sorted order (Spark's
+    `collect_set` keeps an arbitrary such slice; more than MAX_USERS_PER_SPAN users make a span
+    read every user either way; None without `users`), and the sum of each column of `sums`."""
+    hour = read_spans.MICROS_PER_HOUR
+    micros = {
+        c: table.column(c).cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_pylist()
+        for c in ("_read_lo", "_read_hi")
+    }
+    names = table.column(users).to_pylist() if users is not None else None
+    added = [table.column(c).to_pylist() for c in sums]
+    groups: dict[tuple[int, int], tuple[set[str], list[int]]] = {}
+    for i, (lo, hi) in enumerate(zip(micros["_read_lo"], micros["_read_hi"], strict=True)):
+        if lo is None or hi is None:
+            continue
+        found, totals = groups.setdefault(
+            ((lo // hour) * hour, (hi // hour + 1) * hour), (set(), [0] * len(sums))
+        )
+        if names is not None and names[i] is not None:
+            found.add(names[i])
+        for j, values in enumerate(added):
+            totals[j] += int(values[i] or 0)
+    limit = read_spans.MAX_USERS_PER_SPAN + 1
+    return [
+        (lo, hi, sorted(found)[:limit] if users is not None else None, *totals)
+        for (lo, hi), (found, totals) in sorted(groups.items())
+    ]
 
 
 def any_of(tests: list[Column]) -> Column:
@@ -244,10 +294,10 @@ class IdMode:
                 keys, "session_identifier", "left_semi"
             ),
         )
-        ranges = localize(spark, core.id_read_ranges(changed, old_lifecycle, settings))
-        spans, (known,), _ = _read_spans(
-            ranges, F.sum(F.col("_is_known").cast("int")).alias("known")
+        ranges, ranges_table = localized(
+            spark, core.id_read_ranges(changed, old_lifecycle, settings)
         )
+        spans, (known,), _ = _read_spans(ranges, ["_is_known"], table=ranges_table)
         inside = spans_filter(spans, lambda lo, hi: window_filter(settings, lo, hi), upper)
         if inside is None:  # nothing usable changed (or only after the upper limit)
             read = changed.select(*core.PREPARED_COLUMNS).limit(0)
@@ -340,13 +390,13 @@ class GapMode:
         lifecycle = keyed_rows(spark, lifecycle_path, LIFECYCLE_SCHEMA, {"user_identifier": users})
         theirs = localize(spark, lifecycle.join(users, "user_identifier", "left_semi"))
         chains = core.gap_chains(theirs, settings)
-        ranges = localize(spark, core.gap_change_ranges(changed, settings, chains))
+        ranges, ranges_table = localized(spark, core.gap_change_ranges(changed, settings, chains))
         old_lifecycle, old_table = localized(
             spark, core.overlapping(theirs, self._user_ranges(ranges), on=["user_identifier"])
         )
         # The spans, and the users of each: a span with few users (late events of old sessions)
         # also filters on them, so Delta opens only the files of those users' range.
-        spans, _, members = _read_spans(ranges, users=F.col(core.USER_KEY))
+        spans, _, members = _read_spans(ranges, users=core.USER_KEY, table=ranges_table)
         inside = spans_filter(
             spans,
             lambda lo, hi: F.col("derived_tstamp").between(F.lit(lo), F.lit(hi)),
