@@ -163,13 +163,15 @@ def attributes_from_rows(daily: pa.Table, as_of: dt.date, windows: Sequence[int]
         ]
     )
     users = lifetime[USER_IDENTIFIER].to_pylist()
-    values: dict[str, list[Any]] = {
+    # Columns already in the users' order stay Arrow arrays (a timestamp made a Python object
+    # costs more than the rest of a user's row).
+    values: dict[str, list[Any] | pa.ChunkedArray] = {
         USER_IDENTIFIER: users,
-        "total_events": lifetime["total_events_sum"].to_pylist(),
-        "page_views": lifetime["page_views_sum"].to_pylist(),
-        "active_days": lifetime["count_all"].to_pylist(),
-        "first_event_tstamp": lifetime["first_event_tstamp_min"].to_pylist(),
-        "last_event_tstamp": lifetime["last_event_tstamp_max"].to_pylist(),
+        "total_events": lifetime["total_events_sum"],
+        "page_views": lifetime["page_views_sum"],
+        "active_days": lifetime["count_all"],
+        "first_event_tstamp": lifetime["first_event_tstamp_min"],
+        "last_event_tstamp": lifetime["last_event_tstamp_max"],
         EVENT_COUNTS: _summed_counts(rows, users),
         "as_of": [as_of] * len(users),
     }
@@ -192,7 +194,15 @@ def attributes_from_rows(daily: pa.Table, as_of: dt.date, windows: Sequence[int]
         for i, metric in enumerate(WINDOWED_METRICS):
             values[f"{metric}_last_{n}_days"] = [of_user.get(u, (0, 0, 0))[i] for u in users]
     schema = to_arrow_schema(driver_attributes_schema(windows), timezone="UTC")
-    return pa.table([pa.array(values[f.name], type=f.type) for f in schema], schema=schema)
+    return pa.table(
+        [
+            column.cast(f.type)
+            if isinstance(column := values[f.name], pa.ChunkedArray)
+            else pa.array(column, type=f.type)
+            for f in schema
+        ],
+        schema=schema,
+    )
 
 
 def _summed_counts(rows: pa.Table, users: Sequence[str]) -> list[Any]:

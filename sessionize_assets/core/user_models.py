@@ -52,8 +52,10 @@ def source_schema(model: str) -> pa.Schema:
 
 
 def _micros(value: dt.datetime) -> int:
-    """Microseconds since the epoch, exactly (Spark's `unix_micros`)."""
-    return (value - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+    """Microseconds since the epoch, exactly (Spark's `unix_micros`); a naive datetime is UTC's
+    wall time (`resources.delta.naive_rows`)."""
+    epoch = dt.datetime(1970, 1, 1, tzinfo=None if value.tzinfo is None else dt.UTC)
+    return (value - epoch) // dt.timedelta(microseconds=1)
 
 
 def _sum(values: list[int]) -> int | None:

@@ -32,6 +32,7 @@ from sessionize_assets.resources.delta import (
     delta_table,
     ensure_table,
     merge_rows,
+    naive_rows,
     rows_by_key,
     scan_pruned,
     schema_pairs,
@@ -189,8 +190,8 @@ def bookkeep_on_driver(
 
     On the 30-day benchmark home, Spark's plans over these driver-local rows cost a 200,000-event
     day 13 of its Spark jobs (docs/benchmarks.md, "Session 53")."""
-    new_rows = _utc_rows(computed)
-    old_rows = _utc_rows(old_lifecycle.select([c for c, _ in schema_pairs(LIFECYCLE_SCHEMA)]))
+    new_rows = naive_rows(computed)
+    old_rows = naive_rows(old_lifecycle.select([c for c, _ in schema_pairs(LIFECYCLE_SCHEMA)]))
     if not gap_rows.handles_lifecycle(old_rows) or not gap_rows.handles_lifecycle(new_rows):
         return False
     side = _side_rows(table_path, settings, new_rows, old_rows, now)
@@ -198,15 +199,6 @@ def bookkeep_on_driver(
         return False
     _write_bookkeeping(spark, table_path, side, new_rows, old_rows, write, outcome)
     return True
-
-
-def _utc_rows(table: pa.Table) -> list[dict[str, Any]]:
-    """`table`'s rows as dicts, its timestamps aware UTC datetimes."""
-    columns = [
-        column.cast(UTC_MICROS) if pa.types.is_timestamp(field.type) else column
-        for field, column in zip(table.schema, table.columns, strict=True)
-    ]
-    return pa.Table.from_arrays(columns, names=table.column_names).to_pylist()
 
 
 def _write_bookkeeping(

@@ -28,6 +28,7 @@ from sessionize_assets.resources.delta import (
     ensure_table,
     merge,
     merge_rows,
+    naive_rows,
     newest_value,
     nulls_for,
     overwrite,
@@ -292,7 +293,7 @@ def _replace_on_driver(
     if stored is None or not same_types(stored.schema, renumbering.sessions_schema()):
         return None
     plan = renumbering.replacement(
-        new_rows.to_pylist(), replaced.column(0).to_pylist(), stored.to_pylist()
+        naive_rows(new_rows), replaced.column(0).to_pylist(), naive_rows(stored)
     )
     if plan.source:
         source = pa.Table.from_pylist(plan.source, schema=renumbering.sessions_schema(True))
@@ -757,9 +758,9 @@ def _user_model_on_driver(
     schema = user_models.source_schema(model)
     if stored is None or not same_types(stored.schema, pa.schema(list(schema)[:-1])):
         return False
-    rows = user_models.user_rows(model, touched.session_rows.to_pylist())
+    rows = user_models.user_rows(model, naive_rows(touched.session_rows))
     changed, source_rows = user_models.changed_rows(
-        rows, users.to_pylist(), stored.to_pylist(), columns
+        rows, users.to_pylist(), naive_rows(stored), columns
     )
     outcome.rows_read["sessions of touched users"] = sum(r["sessions"] for r in rows)
     outcome.touched = source_rows

@@ -932,3 +932,28 @@ def test_only_tables_on_the_local_file_system_are_kept_open():
     assert delta._local_log("s3a://bucket/warehouse/events") is None
     assert delta._local_log("file:///w/events") == "/w/events/_delta_log"
     assert delta._local_log("/w/events/") == "/w/events/_delta_log"
+
+
+def test_naive_rows_give_utc_wall_times_that_arrow_takes_back_as_the_same_instants() -> None:
+    import datetime as dt
+
+    from sessionize_assets.core.user_models import _micros
+
+    aware = dt.datetime(2024, 3, 10, 23, 59, 59, 999_999, tzinfo=dt.UTC)
+    table = pa.table(
+        {
+            "at": pa.array([aware, None], pa.timestamp("us", tz="UTC")),
+            "local": pa.array([aware, None], pa.timestamp("us", tz="Europe/Paris")),
+            "plain": pa.array([dt.datetime(2024, 1, 1), None], pa.timestamp("us")),
+            "n": [1, 2],
+        }
+    )
+    rows = delta.naive_rows(table)
+    wall = aware.replace(tzinfo=None)
+    assert rows == [
+        {"at": wall, "local": wall, "plain": dt.datetime(2024, 1, 1), "n": 1},
+        {"at": None, "local": None, "plain": None, "n": 2},
+    ]
+    back = pa.Table.from_pylist(rows, schema=table.schema)
+    assert back.equals(table)
+    assert _micros(wall) == _micros(aware) == 1_710_115_199_999_999
