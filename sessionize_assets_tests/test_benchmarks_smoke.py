@@ -1019,3 +1019,26 @@ def test_the_memory_sampler_waits_in_proportion_to_what_a_sample_costs(monkeypat
     monkeypatch.setattr(sampler._stop, "wait", wait)
     sampler._loop()
     assert [round(w, 3) for w in waits] == [1.0, 0.2, 1.0, 2.0]
+
+
+def test_the_persist_probe_times_persisted_and_plain_runs_of_one_query(spark, tmp_path) -> None:
+    from benchmarks.persist_probe import probe
+
+    day = dt.date(2024, 1, 29)
+    rows = [
+        (
+            day + dt.timedelta(days=d),
+            dt.datetime(2024, 1, 29, 12) + dt.timedelta(days=d),
+            f"u{u}" if d < 2 else f"later{u}",  # users of a third day the probe leaves out
+        )
+        for d in (0, 1, 2)
+        for u in range(3)
+    ]
+    table = str(tmp_path / "filtered_events")
+    spark.createDataFrame(
+        rows, "event_date date, derived_tstamp timestamp, domain_userid string"
+    ).write.format("delta").save(table)
+    results = probe(spark, table, day, 1)
+    assert [r["kind"] for r in results] == ["persisted", "alone"]
+    assert [r["rows"] for r in results] == [3, 3]  # the two days' three users, either way
+    assert all(r[k] >= 0 for r in results for k in ("persist", "first count", "count") if k in r)
