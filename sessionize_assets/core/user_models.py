@@ -9,7 +9,6 @@ five queries of 0.1-0.6 s each over driver-local data (docs/benchmarks.md, "Sess
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -18,6 +17,7 @@ import pyarrow as pa
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from sessionize_assets.core.clock import to_micros
 from sessionize_assets.core.sessionize import USER_COLUMNS, USER_SESSION_STATS_COLUMNS
 
 USERS = "users"
@@ -49,13 +49,6 @@ def source_schema(model: str) -> pa.Schema:
     fields = [T.StructField(c, _TYPES[c]) for c in MODEL_COLUMNS[model]]
     fields.append(T.StructField("_delete", T.BooleanType()))
     return to_arrow_schema(T.StructType(fields), timezone="UTC")
-
-
-def _micros(value: dt.datetime) -> int:
-    """Microseconds since the epoch, exactly (Spark's `unix_micros`); a naive datetime is UTC's
-    wall time (`resources.delta.naive_rows`)."""
-    epoch = dt.datetime(1970, 1, 1, tzinfo=None if value.tzinfo is None else dt.UTC)
-    return (value - epoch) // dt.timedelta(microseconds=1)
 
 
 def _sum(values: list[int]) -> int | None:
@@ -107,7 +100,7 @@ def _user(user: str, rows: list[Mapping[str, Any]]) -> dict[str, Any]:
 
 def _stats(user: str, rows: list[Mapping[str, Any]]) -> dict[str, Any]:
     durations = [
-        _micros(r["end_tstamp"]) - _micros(r["start_tstamp"])
+        to_micros(r["end_tstamp"]) - to_micros(r["start_tstamp"])
         for r in rows
         if r["start_tstamp"] is not None and r["end_tstamp"] is not None
     ]

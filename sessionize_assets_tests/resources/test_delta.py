@@ -937,7 +937,7 @@ def test_only_tables_on_the_local_file_system_are_kept_open():
 def test_naive_rows_give_utc_wall_times_that_arrow_takes_back_as_the_same_instants() -> None:
     import datetime as dt
 
-    from sessionize_assets.core.user_models import _micros
+    from sessionize_assets.core.clock import to_micros
 
     aware = dt.datetime(2024, 3, 10, 23, 59, 59, 999_999, tzinfo=dt.UTC)
     table = pa.table(
@@ -956,4 +956,4 @@ def test_naive_rows_give_utc_wall_times_that_arrow_takes_back_as_the_same_instan
     ]
     back = pa.Table.from_pylist(rows, schema=table.schema)
     assert back.equals(table)
-    assert _micros(wall) == _micros(aware) == 1_710_115_199_999_999
+    assert to_micros(wall) == to_micros(aware) == 1_710_115_199_999_999  # user models' durations
