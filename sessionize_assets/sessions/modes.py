@@ -52,6 +52,8 @@ class Touched:
     lifecycle_rows: int  # lifecycle rows read
     # old_lifecycle's rows as the driver holds them, when it is driver-local (gap mode)
     old_lifecycle_table: pa.Table | None = None
+    # rows of replaced_ids' session_identifier as the driver holds them (gap mode: old_lifecycle's)
+    replaced_table: pa.Table | None = None
 
     def unpersist(self) -> None:
         self.ranges.unpersist()
@@ -427,6 +429,7 @@ class GapMode:
             replaced_ids=old_lifecycle.select("session_identifier"),
             lifecycle_rows=lifecycle_rows,
             old_lifecycle_table=old_table,
+            replaced_table=old_table,
         )
 
     def sessionize(self, events: DataFrame, touched: Touched) -> core.Sessionized:

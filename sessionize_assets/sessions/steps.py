@@ -102,6 +102,7 @@ def replace_sessions(
     new_sessions: DataFrame,
     replaced_ids: DataFrame,
     new_rows: pa.Table | None = None,
+    replaced_rows: pa.Table | None = None,
 ) -> SessionsWrite:
     """Replace the sessions `replaced_ids` by `new_sessions` (not numbered) in one MERGE, and
     renumber the touched users' later sessions.
@@ -111,9 +112,11 @@ def replace_sessions(
 
     `new_rows`: `new_sessions` as the driver holds them, when it does; the replacement is then
     computed in plain Python (`core.renumbering`) when the driver also reads the stored rows it
-    needs (`_replace_on_driver`), else by Spark."""
+    needs (`_replace_on_driver`), else by Spark. `replaced_rows`: rows whose
+    `session_identifier` are `replaced_ids`, when the driver holds them (else they are fetched)."""
     if new_rows is not None:
-        done = _replace_on_driver(spark, path, new_rows, replaced_ids)
+        replaced = replaced_rows if replaced_rows is not None else replaced_ids
+        done = _replace_on_driver(spark, path, new_rows, replaced)
         if done is not None:
             return done
     replaced = replaced_ids.select("session_identifier").distinct()
@@ -400,7 +403,12 @@ def process_sessions(
     add_counts(outcome.excluded, reasons_from(excluded_stats))
 
     write = replace_sessions(
-        spark, table_path(SESSIONS), computed, touched.replaced_ids, computed_rows
+        spark,
+        table_path(SESSIONS),
+        computed,
+        touched.replaced_ids,
+        computed_rows,
+        touched.replaced_table,
     )
     count_replacement(outcome, write)
     if mode.name == "gap" and computed_rows is not None and touched.old_lifecycle_table is not None:
