@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -75,7 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     url = remote_url(args.home.resolve())
     if url is None:
         print(
-            f"error: no engine runs for {args.home}; start it with `sessionize --home {args.home} engine start`"
+            f"error: no engine runs for {args.home}; start it with "
+            f"`sessionize --home {args.home} engine start`",
+            file=sys.stderr,
         )
         return 2
     spark = SparkSession.builder.remote(url).getOrCreate()
