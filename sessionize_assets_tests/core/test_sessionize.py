@@ -486,8 +486,9 @@ def test_gap_mode_boundaries(spark):
         make_event("2021-03-01T10:30:00", "exact"),
         make_event("2021-03-01T10:00:00", "over"),
         make_event("2021-03-01T10:30:00.000001", "over"),
-        make_event("2021-03-01T23:50:00", "midnight"),
-        make_event("2021-03-02T00:10:00", "midnight"),
+        make_event("2021-03-01T23:50:00", "midnight", page_url="/before"),
+        make_event("2021-03-02T00:05:00", "midnight", event_name="page_ping", page_url="/ping"),
+        make_event("2021-03-02T00:10:00", "midnight", page_url="/after"),
     ]
     clock = utc("2021-03-01T20:00")
     while clock <= utc("2021-03-03T04:00"):  # 32 h of activity every 20 minutes
@@ -507,7 +508,15 @@ def test_gap_mode_boundaries(spark):
         got[user].append((start, end, n, q, number))
     assert [x[2] for x in got["exact"]] == [2]
     assert sorted(x[2] for x in got["over"]) == [1, 1]
-    assert got["midnight"] == [(utc("2021-03-01T23:50"), utc("2021-03-02T00:10"), 2, False, 1)]
+    assert got["midnight"] == [(utc("2021-03-01T23:50"), utc("2021-03-02T00:10"), 3, False, 1)]
+    # A session across a max_session_days boundary is one session: its pieces on either side
+    # of the boundary are merged (page views summed, the first and last page across both).
+    assert rows_of(
+        result.sessions.filter(F.col("user_identifier") == "midnight"),
+        "page_views",
+        "first_page_url",
+        "last_page_url",
+    ) == [(2, "/before", "/after")]
     bot = sorted(got["bot"])
     assert [(b[0], b[1]) for b in bot] == [
         (utc("2021-03-01T20:00"), utc("2021-03-01T23:40")),
