@@ -1042,3 +1042,64 @@ def test_the_persist_probe_times_persisted_and_plain_runs_of_one_query(spark, tm
     assert [r["kind"] for r in results] == ["persisted", "alone"]
     assert [r["rows"] for r in results] == [3, 3]  # the two days' three users, either way
     assert all(r[k] >= 0 for r in results for k in ("persist", "first count", "count") if k in r)
+
+
+def test_stages_keeps_the_stages_of_a_step_window_with_their_spill_and_execution(
+    tmp_path: Path, capsys
+) -> None:
+    from benchmarks.stages import main, stages
+
+    def done(stage: int, submitted_ms: int, completed_ms: int, spilled: int) -> dict:
+        return {
+            "Event": "SparkListenerStageCompleted",
+            "Stage Info": {
+                "Stage ID": stage,
+                "Number of Tasks": 3,
+                "Submission Time": submitted_ms,
+                "Completion Time": completed_ms,
+                "Accumulables": [
+                    {"Name": "internal.metrics.memoryBytesSpilled", "Value": spilled},
+                    {"Name": "internal.metrics.shuffle.read.localBytesRead", "Value": 5},
+                    {"Name": "internal.metrics.shuffle.read.remoteBytesRead", "Value": "2"},
+                ],
+            },
+        }
+
+    events = [
+        {
+            "Event": "SparkListenerJobStart",
+            "Stage IDs": [1, 2, 3, 4],
+            "Properties": {"spark.sql.execution.id": "7"},
+        },
+        done(1, 500, 9_000, 0),  # submitted before the step
+        done(3, 2_000, 2_100, 0),  # shorter than min_s
+        done(4, 3_000, 4_000, 11),
+        done(2, 1_500, 9_500, 42),
+        done(5, 12_000, 13_000, 0),  # after the step
+    ]
+    found = stages(events, start_s=1.0, end_s=10.0, min_s=0.5)
+    assert [(s.id, s.start_s, s.wall_s, s.execution) for s in found] == [
+        (2, 0.5, 8.0, "7"),
+        (4, 2.0, 1.0, "7"),
+    ]
+    assert found[0].metrics["memory_spilled"] == 42 and found[0].shuffle_read == 7
+    assert found[1].execution == "7" and found[1].tasks == 3
+
+    log = tmp_path / "local-1"
+    log.write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    measurement = tmp_path / "m.json"
+    measurement.write_text(
+        json.dumps(
+            {
+                "steps": [
+                    {"label": "load", "start": 0.0, "end": 1.0},
+                    {"label": "rebuild", "start": 1.0, "end": 10.0},
+                ]
+            }
+        )
+    )
+    assert main([str(measurement), str(log), "--min-s", "0.5"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in printed[1:]] == ["2", "4"]
+    assert main([str(measurement), str(log), "--step", "sessions"]) == 2
+    assert "no step 'sessions'" in capsys.readouterr().err
