@@ -25,8 +25,8 @@ JOB_START = "SparkListenerJobStart"
 
 # The task metrics of a stage kept here, by the name of its accumulable.
 METRICS = {
-    "run_s": "internal.metrics.executorRunTime",
-    "gc_s": "internal.metrics.jvmGCTime",
+    "run_ms": "internal.metrics.executorRunTime",
+    "gc_ms": "internal.metrics.jvmGCTime",
     "memory_spilled": "internal.metrics.memoryBytesSpilled",
     "disk_spilled": "internal.metrics.diskBytesSpilled",
     "shuffle_local_read": "internal.metrics.shuffle.read.localBytesRead",
@@ -94,14 +94,22 @@ def stages(
     return sorted(found, key=lambda s: (s.start_s, s.id))
 
 
-def step_window(measurement: Mapping[str, Any], step: str | None) -> tuple[float, float]:
+def step_window(measurement: Any, step: str | None) -> tuple[float, float]:
     """The (start, end) epoch seconds of the measurement's step named `step` (None: the last)."""
-    steps = measurement.get("steps") or []
+    steps = measurement.get("steps") if isinstance(measurement, dict) else None
+    if not steps:
+        raise ValueError(
+            "the measurement has no steps: give one the harness wrote "
+            "(<work>/measurements/dNNN-<name>.json)"
+        )
     chosen = [s for s in steps if step is None or s.get("label") == step]
     if not chosen:
-        labels = ", ".join(str(s.get("label")) for s in steps) or "none"
+        labels = ", ".join(str(s.get("label")) for s in steps)
         raise ValueError(f"the measurement has no step {step!r} (its steps: {labels})")
-    return float(chosen[-1]["start"]), float(chosen[-1]["end"])
+    try:
+        return float(chosen[-1]["start"]), float(chosen[-1]["end"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"the measurement's step {step!r} has no start and end times") from None
 
 
 def render(found: Sequence[Stage]) -> str:
@@ -113,8 +121,8 @@ def render(found: Sequence[Stage]) -> str:
     for s in found:
         m = s.metrics
         lines.append(
-            f"{s.id:5d} {s.start_s:8.1f} {s.wall_s:7.1f} {m['run_s'] / 1000:7.1f} "
-            f"{m['gc_s'] / 1000:6.1f} {m['memory_spilled'] / gb:13.2f} {m['disk_spilled'] / gb:13.2f}"
+            f"{s.id:5d} {s.start_s:8.1f} {s.wall_s:7.1f} {m['run_ms'] / 1000:7.1f} "
+            f"{m['gc_ms'] / 1000:6.1f} {m['memory_spilled'] / gb:13.2f} {m['disk_spilled'] / gb:13.2f}"
             f" {s.shuffle_read / mb:16.0f} {m['shuffle_written'] / mb:19.0f} {m['rows_read']:10d}"
             f" {m['rows_written']:13d} {s.tasks:6d}  {s.execution or '-'}"
         )
@@ -122,10 +130,16 @@ def render(found: Sequence[Stage]) -> str:
 
 
 def _events(path: Path) -> Iterable[Mapping[str, Any]]:
+    """The events of a log, one JSON object a line; a line cut short (the log of an engine
+    still running) is skipped."""
     with path.open() as lines:
         for line in lines:
-            if line.strip():
-                yield json.loads(line)
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(event, dict):
+                yield event
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -139,8 +153,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         measurement = json.loads(Path(args.measurement).read_text())
         start, end = step_window(measurement, args.step)
         found = stages(_events(Path(args.eventlog)), start, end, args.min_s)
-    except (OSError, ValueError, KeyError) as error:
+    except (OSError, ValueError) as error:
         print(f"stages: {error}", file=sys.stderr)
+        return 2
+    if not found:
+        print(
+            f"stages: no stage of {args.eventlog} ran in that step: is it the log of the engine "
+            "that ran the measurement (the trash and rebuild has its own)?",
+            file=sys.stderr,
+        )
         return 2
     print(render(found))
     return 0

@@ -509,8 +509,8 @@ def test_gap_mode_boundaries(spark):
     assert [x[2] for x in got["exact"]] == [2]
     assert sorted(x[2] for x in got["over"]) == [1, 1]
     assert got["midnight"] == [(utc("2021-03-01T23:50"), utc("2021-03-02T00:10"), 3, False, 1)]
-    # A session across a max_session_days boundary is one session: its pieces on either side
-    # of the boundary are merged (page views summed, the first and last page across both).
+    # A session across a max_session_days boundary that is not cut keeps its page views and
+    # its first and last page from both sides of the boundary.
     assert rows_of(
         result.sessions.filter(F.col("user_identifier") == "midnight"),
         "page_views",
