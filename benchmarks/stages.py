@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.sql_executions import _events
+
 STAGE_DONE = "SparkListenerStageCompleted"
 JOB_START = "SparkListenerJobStart"
 
@@ -129,19 +131,6 @@ def render(found: Sequence[Stage]) -> str:
     return "\n".join(lines)
 
 
-def _events(path: Path) -> Iterable[Mapping[str, Any]]:
-    """The events of a log, one JSON object a line; a line cut short (the log of an engine
-    still running) is skipped."""
-    with path.open() as lines:
-        for line in lines:
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(event, dict):
-                yield event
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.stages", description=__doc__)
     parser.add_argument("measurement")
@@ -152,7 +141,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         measurement = json.loads(Path(args.measurement).read_text())
         start, end = step_window(measurement, args.step)
-        found = stages(_events(Path(args.eventlog)), start, end, args.min_s)
+        with Path(args.eventlog).open() as lines:
+            # A line cut short (the log of an engine still running) is skipped.
+            found = stages(_events(lines), start, end, args.min_s)
     except (OSError, ValueError) as error:
         print(f"stages: {error}", file=sys.stderr)
         return 2
