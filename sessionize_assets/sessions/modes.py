@@ -228,12 +228,19 @@ def spans_filter(
     within: Callable[[dt.datetime, dt.datetime], Column],
     upper: dt.datetime | None = None,
     members: list[frozenset[str] | None] | None = None,
-    of_users: Callable[[frozenset[str]], Column] | None = None,
+    of_users: UserFilter | Callable[[frozenset[str]], Column] | None = None,
 ) -> Column | None:
     """Rows inside any span: `within(lo, hi)` per span, OR-ed; with `upper`, spans are cut there
     and those starting after it dropped; with `members` and `of_users`, a span that names its
-    users also asks for `of_users(its users)`. None: no span left."""
-    parts = []
+    users also asks for `of_users(its users)`. None: no span left.
+
+    With a `UserFilter`, the spans that name users are also guarded by one set lookup of every
+    named user (`UserFilter.any_user`): a row of another user, most rows of the files such a read
+    opens, is refused after one hash lookup instead of a test of every named span. Spark tests
+    a filter row by row after Parquet's skipping; an OR of a few hundred named spans cost about
+    2.5 times the scan itself (docs/benchmarks.md, "Session 55"). The guard does not change which
+    rows pass, and the named spans stay in the filter for Delta's and Parquet's skipping."""
+    open_parts, named_parts, everyone = [], [], set()
     for i, (lo, hi) in enumerate(spans):
         start, end = from_micros(lo), from_micros(hi)
         if upper is not None:
@@ -243,27 +250,48 @@ def spans_filter(
         part = within(start, end)
         named = members[i] if members is not None else None
         if named is not None and of_users is not None:
-            part = part & of_users(named)
-        parts.append(part)
+            named_parts.append(part & of_users(named))
+            everyone |= named
+        else:
+            open_parts.append(part)
+    if named_parts and isinstance(of_users, UserFilter) and everyone:
+        named_parts = [of_users.any_user(frozenset(everyone)) & any_of(named_parts)]
+    parts = open_parts + named_parts
     if not parts:
         return None
     return any_of(parts)
 
 
-def user_filter(settings: Settings, columns: dict[str, str]) -> Callable[[frozenset[str]], Column]:
+class UserFilter:
     """The rows of some users, as equalities on the raw user columns Delta's file statistics
     describe (`filtered_events` files hold contiguous ranges of users): a superset of the rows
-    whose user key (the first non-empty of `user_identifier`'s columns) is one of them."""
-    names = [c for c in settings.user_identifier if columns.get(c) == "string"]
-    if len(names) != len(settings.user_identifier):  # a non-string column: no file skipping
-        return lambda users: F.lit(True)
+    whose user key (the first non-empty of `user_identifier`'s columns) is one of them. Called
+    with users, the OR of equalities (what Parquet and Delta skip on); `any_user(users)`, the same
+    rows as one set lookup per column (what is cheap to test row by row)."""
 
-    def of_users(users: frozenset[str]) -> Column:
+    def __init__(self, settings: Settings, columns: dict[str, str]) -> None:
+        names = [c for c in settings.user_identifier if columns.get(c) == "string"]
+        # a non-string user column: no file skipping, every row passes
+        self.names = names if len(names) == len(settings.user_identifier) else None
+
+    def __call__(self, users: frozenset[str]) -> Column:
+        if self.names is None:
+            return F.lit(True)
         if not users:
             return F.lit(False)
-        return any_of([F.col(c) == F.lit(u) for c in names for u in sorted(users)])
+        return any_of([F.col(c) == F.lit(u) for c in self.names for u in sorted(users)])
 
-    return of_users
+    def any_user(self, users: frozenset[str]) -> Column:
+        if self.names is None:
+            return F.lit(True)
+        if not users:
+            return F.lit(False)
+        return any_of([F.col(c).isin(sorted(users)) for c in self.names])
+
+
+def user_filter(settings: Settings, columns: dict[str, str]) -> UserFilter:
+    """The `UserFilter` of `settings`' user columns among `columns` (name -> Spark type)."""
+    return UserFilter(settings, columns)
 
 
 class IdMode:

@@ -386,6 +386,49 @@ def test_a_few_users_read_decodes_only_their_pages_of_a_file(spark, tmp_path):
     assert {key: spark.conf.get(key, None) for key in int96} == before
 
 
+def test_named_spans_are_guarded_by_one_set_lookup_and_pass_the_same_rows(spark):
+    """The spans that name users are ANDed with one set lookup of every named user per user
+    column (`UserFilter.any_user`): the filter passes exactly the rows the plain OR of named
+    spans passes (rows of two user columns, nulls, users named in another span, rows in a span
+    of every user), and Spark's optimized plan tests the set before the spans."""
+    from sessionize_assets.core.clock import to_micros
+    from sessionize_assets.sessions.modes import UserFilter, spans_filter, user_filter
+    from sessionize_assets.settings import from_mapping
+
+    s = from_mapping({"user_identifier": ["user_id", "domain_userid"]})
+    at = [dt.datetime.combine(DAY0, dt.time(h), tzinfo=dt.UTC) for h in range(24)]
+    rows = [
+        (uid, did, at[h].replace(tzinfo=None))
+        for h in range(24)
+        for uid, did in [
+            (f"u{i}", None) if i % 3 == 0 else (None, f"u{i}") if i % 3 == 1 else (f"x{i}", f"u{i}")
+            for i in range(30)
+        ]
+        + [(None, None)]
+    ]
+    df = spark.createDataFrame(
+        rows, "user_id string, domain_userid string, derived_tstamp timestamp"
+    )
+    spans = [(to_micros(at[h]), to_micros(at[h + 1])) for h in (2, 6, 10, 20)]
+    members = [frozenset({"u1", "u2", "u3"}), frozenset({"u4", "u29"}), None, frozenset({"u1"})]
+
+    def within(lo, hi):
+        return F.col("derived_tstamp").between(F.lit(lo), F.lit(hi))
+
+    guarded = user_filter(s, dict(df.dtypes))
+    assert isinstance(guarded, UserFilter)
+    plain = guarded.__call__  # the same equalities, without the set lookup
+    got = df.filter(spans_filter(spans, within, members=members, of_users=guarded))
+    expected = df.filter(spans_filter(spans, within, members=members, of_users=plain))
+    assert sorted(map(repr, got.collect())) == sorted(map(repr, expected.collect()))
+    assert 0 < got.count() < df.count()
+    assert got.filter(F.hour("derived_tstamp").isin(10, 11)).count() == 2 * 31  # every user
+    plan = got._jdf.queryExecution().optimizedPlan().toString()
+    assert plan.index("user_id#") < plan.index(" IN (") < plan.index("= u1)")
+    unguarded = df.filter(spans_filter(spans, within, members=members, of_users=plain))
+    assert " IN (" not in unguarded._jdf.queryExecution().optimizedPlan().toString()
+
+
 def test_a_changed_setting_stops_the_run_and_a_refresh_rebuilds_under_the_new_one(spark, tmp_path):
     """session_mode changed from id to gap after the models were built: the run refuses with one
     sentence (a run limit changed does not); a refresh rebuilds every model in full, after which
