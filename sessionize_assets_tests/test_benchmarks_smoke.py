@@ -1108,3 +1108,52 @@ def test_stages_keeps_the_stages_of_a_step_window_with_their_spill_and_execution
     assert "no stage of" in capsys.readouterr().err
     assert main([str(measurement), str(tmp_path / "missing")]) == 2
     assert "No such file" in capsys.readouterr().err
+
+
+def test_the_span_filter_benchmark_counts_the_same_rows_under_both_filters(spark, tmp_path) -> None:
+    """`benchmarks.span_filter` reads a table under the plain and the guarded filter, alternated,
+    and both count the rows of the recent span plus the named users' hours; a missing table is
+    one sentence on stderr and exit status 2."""
+    from benchmarks.span_filter import READ_COLUMNS, main, measure, summarize
+    from sessionize_assets.settings import from_mapping
+
+    start = dt.datetime(2024, 1, 1)
+    rows = []
+    for hour in range(0, 24 * 6, 5):  # six days, a row every five hours for each of four users
+        at = start + dt.timedelta(hours=hour)
+        for user in range(4):
+            rows.append(
+                {c: f"{c}-{user}-{hour}" for c in READ_COLUMNS}
+                | {
+                    "domain_userid": f"u{user}",
+                    "derived_tstamp": at,
+                    "collector_tstamp": at,
+                    "dvce_created_tstamp": at,
+                    "dvce_sent_tstamp": at,
+                    "load_tstamp": at,
+                    "load_date": at.date(),
+                    "event_date": at.date(),
+                }
+            )
+    schema = ", ".join(
+        f"{c} {'timestamp' if c.endswith('tstamp') else 'date' if c.endswith('date') else 'string'}"
+        for c in READ_COLUMNS
+    )
+    table = str(tmp_path / "filtered_events")
+    spark.createDataFrame([tuple(r[c] for c in READ_COLUMNS) for r in rows], schema).write.format(
+        "delta"
+    ).save(table)
+    records = measure(spark, table, from_mapping({}), users=2, rounds=2)
+    assert [(r["round"], r["variant"]) for r in records] == [
+        (0, "plain"),
+        (0, "guarded"),
+        (1, "guarded"),
+        (1, "plain"),
+    ]
+    last = max(r["derived_tstamp"] for r in rows)
+    recent = sum(1 for r in rows if r["derived_tstamp"] >= last - dt.timedelta(days=3))
+    assert {r["rows"] for r in records} == {recent + 2}  # and one row in each named user's hour
+    assert records[0]["named_users"] == 2
+    summary = summarize(records)
+    assert summary["plain"]["reads"] == 1 and summary["guarded"]["reads"] == 2
+    assert main(["--home", str(tmp_path / "nowhere")]) == 2
