@@ -92,6 +92,17 @@ def write_settings(
     return path
 
 
+def write_result(out_dir: str | Path, prefix: str, result: Mapping[str, Any]) -> Path:
+    """Write `result`, after its creation time (`created_at`, UTC), as `<prefix>-<UTC time>.json`
+    into `out_dir` (created if need be)."""
+    now = dt.datetime.now(dt.UTC)
+    out = Path(out_dir) / f"{prefix}-{now.strftime('%Y%m%dT%H%M%SZ')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    created = {"created_at": now.isoformat(timespec="seconds")}
+    out.write_text(json.dumps(created | dict(result), indent=1) + "\n")
+    return out
+
+
 def step(label: str, now: dt.datetime, *argv: str) -> dict[str, Any]:
     """One `sessionize` command of a measurement."""
     return {"label": label, "now": now.isoformat(), "argv": list(argv)}

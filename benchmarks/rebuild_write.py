@@ -15,7 +15,6 @@ of the process pays the JVM's warm-up and is reported but left out of the median
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import shutil
 import statistics
@@ -77,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown variants {unknown}; known: {sorted(VARIANTS)}")
 
+    from benchmarks.common import write_result
     from benchmarks.rebuild import _overwrite, kept_filtered_events
     from sessionize_assets.core.schema import EVENT_DATE
     from sessionize_assets.home import Home
@@ -125,16 +125,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     result = {
-        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "home": str(home.root),
         "variants": {v: VARIANTS[v] for v in variants},
         "records": records,
         "summary": summarize(records),
     }
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    out = Path(args.out) / f"rebuild-write-{stamp}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    write_result(args.out, "rebuild-write", result)
     print(json.dumps(result["summary"]))
     return 0
 

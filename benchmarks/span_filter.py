@@ -1,17 +1,19 @@
 """What the filter of a gap-mode session read costs row by row: the same read of a home's
-`filtered_events` (the columns a session read takes) under a filter of the read's shape (one
-span of every user over the last days, OR-ed with one-hour spans each naming one user), once as
-the plain OR of the named spans and once guarded by one set lookup of their users
-(`sessions.modes.UserFilter.any_user`), alternated in one embedded Spark process under the
-small-query configuration a session run of up to `SMALL_RUN_ROWS` rows uses. Each read goes to
-Spark's noop sink with every column a session read takes. The home is not changed.
+`filtered_events` (every column a session read takes, into Spark's noop sink) under a filter of
+the read's shape, once as the plain OR of the spans and once with the named spans guarded by one
+set lookup of their users (`sessions.modes.UserFilter.any_user`), alternated in one embedded
+Spark process under the small-query configuration a session run of up to `SMALL_RUN_ROWS` rows
+uses. The home is not changed.
 
     python -m benchmarks.span_filter --home H [--config F] [--users 300] [--rounds 4] [--out DIR]
 
-The named users and hours are a seeded sample of (user, hour) pairs of the older event days. Both
-filters must pass the same rows (counted once each after the timed reads; the run stops
-otherwise). The first read of the process pays the JVM's warm-up and is reported but left out of
-the medians. Writes `span-filter-<UTC time>.json` into `--out` (default `benchmarks/results`).
+The filter's terms are built by the session run's own `core/read_spans.read_terms` (at most 32
+spans naming their users, at most 400 users named in all) from one range of every user over the
+last three days and one-hour ranges of single users: a seeded sample of (user key, hour) pairs
+of the older days. Both filters must pass the same rows (counted once each after the timed
+reads; the run stops otherwise). The first read of the process pays the JVM's warm-up and is
+reported but left out of the medians. Writes `span-filter-<UTC time>.json` into `--out`
+(default `benchmarks/results`).
 """
 
 from __future__ import annotations
@@ -25,21 +27,6 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-READ_COLUMNS = (
-    "event_id",
-    "event_name",
-    "domain_userid",
-    "domain_sessionid",
-    "page_url",
-    "collector_tstamp",
-    "dvce_created_tstamp",
-    "dvce_sent_tstamp",
-    "derived_tstamp",
-    "load_tstamp",
-    "load_date",
-    "event_date",
-)
 
 
 def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -70,30 +57,37 @@ def measure(
     Spark's noop sink; one record per read, with the rows its filter passes."""
     from pyspark.sql import functions as F
 
-    from sessionize_assets.core.clock import to_micros
+    from sessionize_assets.core.clock import as_utc, to_micros
+    from sessionize_assets.core.read_spans import read_terms
+    from sessionize_assets.core.sessionize import shared_columns, user_key
     from sessionize_assets.resources.spark import small_query_conf
     from sessionize_assets.sessions.modes import spans_filter, user_filter
 
     events = spark.read.format("delta").load(table)
-    last = events.agg(F.max("derived_tstamp")).first()[0]
+    last = as_utc(events.agg(F.max("derived_tstamp")).first()[0])
     recent = last - dt.timedelta(days=recent_days)
     sample = (
         events.filter(F.col("derived_tstamp") < F.lit(recent))
-        .select("domain_userid", F.date_trunc("hour", "derived_tstamp").alias("hour"))
-        .where(F.col("domain_userid").isNotNull())
+        .select(
+            user_key(settings).alias("user"), F.date_trunc("hour", "derived_tstamp").alias("hour")
+        )
+        .where(F.col("user").isNotNull())
         .distinct()
         .orderBy(F.rand(seed))
         .limit(users)
         .collect()
     )
-    utc = dt.UTC
-    spans = [(to_micros(recent.replace(tzinfo=utc)), to_micros(last.replace(tzinfo=utc)))]
-    members: list[frozenset[str] | None] = [None]
+    # The read's terms as a session run builds them from its ranges: at most MAX_SPANS spans
+    # naming their users, at most MAX_USERS_IN_FILTER users named in all.
+    ranges: list[tuple[int, int, list[str] | None]] = [(to_micros(recent), to_micros(last), None)]
     for row in sample:
-        start = row["hour"].replace(tzinfo=utc)
-        spans.append((to_micros(start), to_micros(start + dt.timedelta(hours=1))))
-        members.append(frozenset({row["domain_userid"]}))
+        start = as_utc(row["hour"])
+        ranges.append((to_micros(start), to_micros(start + dt.timedelta(hours=1)), [row["user"]]))
+    terms = read_terms(ranges)
+    spans = [(lo, hi) for lo, hi, _ in terms]
+    members = [named for _, _, named in terms]
     guarded = user_filter(settings, dict(events.dtypes))
+    columns = shared_columns(settings)  # every column a session read takes
 
     def within(lo: dt.datetime, hi: dt.datetime) -> Any:
         return F.col("derived_tstamp").between(F.lit(lo), F.lit(hi))
@@ -106,7 +100,7 @@ def measure(
     for round_ in range(rounds):
         order = list(filters) if round_ % 2 == 0 else list(reversed(filters))
         for variant in order:
-            read = spark.read.format("delta").load(table).select(*READ_COLUMNS)
+            read = spark.read.format("delta").load(table).select(*columns)
             with small_query_conf(spark, True):
                 started = time.perf_counter()
                 read.filter(filters[variant]).write.format("noop").mode("overwrite").save()
@@ -116,7 +110,8 @@ def measure(
                     "round": round_,
                     "variant": variant,
                     "s": round(seconds, 2),
-                    "named_users": len(sample),
+                    "named_users": len(set().union(*(m for m in members if m))),
+                    "named_spans": sum(m is not None for m in members),
                 }
             )
             print(json.dumps(records[-1]), flush=True)
@@ -141,6 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args(argv)
 
+    from benchmarks.common import write_result
     from sessionize_assets.home import Home
     from sessionize_assets.resources.spark import get_spark
     from sessionize_assets.settings import load_settings
@@ -157,16 +153,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark = get_spark(settings.spark)
     records = measure(spark, table, settings, args.users, args.rounds)
     result = {
-        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "home": str(home.root),
         "users": args.users,
         "records": records,
         "summary": summarize(records),
     }
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    out = Path(args.out) / f"span-filter-{stamp}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    write_result(args.out, "span-filter", result)
     print(json.dumps(result["summary"]))
     return 0
 

@@ -131,12 +131,26 @@ def render(found: Sequence[Stage]) -> str:
     return "\n".join(lines)
 
 
+def as_record(stage: Stage) -> dict[str, Any]:
+    """A stage as plain JSON values: what `render` prints, in the event log's units."""
+    return {
+        "stage": stage.id,
+        "start_s": stage.start_s,
+        "wall_s": stage.wall_s,
+        "tasks": stage.tasks,
+        "execution": stage.execution,
+        "shuffle_read_bytes": stage.shuffle_read,
+        **stage.metrics,
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.stages", description=__doc__)
     parser.add_argument("measurement")
     parser.add_argument("eventlog")
     parser.add_argument("--step")
     parser.add_argument("--min-s", type=float, default=0.3)
+    parser.add_argument("--json", action="store_true", help="one JSON object per stage instead")
     args = parser.parse_args(argv)
     try:
         measurement = json.loads(Path(args.measurement).read_text())
@@ -154,7 +168,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    print(render(found))
+    if args.json:
+        print(json.dumps([as_record(s) for s in found], indent=1))
+    else:
+        print(render(found))
     return 0
 
 
