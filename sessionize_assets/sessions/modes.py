@@ -237,11 +237,10 @@ def spans_filter(
     With a `UserFilter`, the spans that name users are also guarded by one set lookup of every
     named user per user column (`UserFilter.any_user`): a row of another user, most rows of the
     files such a read opens, is refused there instead of being tested against every named span
-    (its time, and its users where the time falls in the span). Spark tests
-    the filter on every row it reads; on the 30 x 200,000 benchmark home the touched read's stage
-    took about 5 s less of 19-21 s with the guard (docs/benchmarks.md, "Session 55"). The guard
-    does not change which rows pass, and the named spans stay in the filter for Delta's and
-    Parquet's skipping."""
+    (its time, and its users where the time falls in the span). Spark tests the filter on every
+    row it reads; on the 30 x 200,000 benchmark home the touched read's stage took about 5 s less
+    of 19-21 s with the guard (docs/benchmarks.md, "Session 55"). The guard does not change which
+    rows pass, and the named spans stay in the filter for Delta's and Parquet's skipping."""
     open_parts, named_parts, everyone = [], [], set()
     for i, (lo, hi) in enumerate(spans):
         start, end = from_micros(lo), from_micros(hi)
