@@ -86,6 +86,8 @@ def measure(
     terms = read_terms(ranges)
     spans = [(lo, hi) for lo, hi, _ in terms]
     members = [named for _, _, named in terms]
+    named_users = len(set().union(*(m for m in members if m)))
+    named_spans = sum(m is not None for m in members)
     guarded = user_filter(settings, dict(events.dtypes))
     columns = shared_columns(settings)  # every column a session read takes
 
@@ -110,8 +112,8 @@ def measure(
                     "round": round_,
                     "variant": variant,
                     "s": round(seconds, 2),
-                    "named_users": len(set().union(*(m for m in members if m))),
-                    "named_spans": sum(m is not None for m in members),
+                    "named_users": named_users,
+                    "named_spans": named_spans,
                 }
             )
             print(json.dumps(records[-1]), flush=True)
