@@ -539,6 +539,7 @@ def test_benchmark_end_to_end(tmp_path: Path) -> None:
             str(tmp_path / "work"),
             "--no-duckdb-output",
             "--quiet",
+            "--keep-work",
             "--engine",
             "warm",
             # The engines start as the tests' own JVM (C1 JIT, serial GC, interpreted queries).
@@ -642,6 +643,73 @@ def test_benchmark_end_to_end(tmp_path: Path) -> None:
             assert table["equal"], (name, table)
     assert set(result["targets"]) >= {"incremental_wall_vs_full", "noop_wall_s"}
     assert code == 0
+    # The throughput target sampled again on the kept rebuild home: a warm-up, then one round of
+    # the rebuild and DuckDB, whose counts and tables agree.
+    from benchmarks import throughput
+
+    assert (
+        throughput.main(
+            ["--work", str(tmp_path / "work"), "--days", "1", "--rounds", "1", "--out", str(out)]
+        )
+        == 0
+    )
+    [sampled] = [json.loads(p.read_text()) for p in out.glob("throughput-*.json")]
+    [round0] = sampled["rounds"]
+    assert round0["rebuild_ok"] and round0["count_mismatches"] == {}
+    assert (
+        round0["throughput"] > 0
+        and round0["raw_rows"] == history["duckdb_after_incremental"]["raw_rows"]
+    )
+    assert sampled["summary"]["rounds_measured"] == 1
+    assert sampled["check_after_last_round"]["equal"] is True
+    # The headline's --spark-conf carried over: the rebuild engine ran with the tests' settings.
+    assert sampled["spark_conf"] == {k: str(v) for k, v in TEST_SPARK.items()}
+    rebuild_home = tmp_path / "work" / "homes" / "d001-rebuild"
+    assert engine.status(rebuild_home).state != "running"
+    assert throughput.main(["--work", str(tmp_path / "nowhere")]) == 2
+
+
+def test_throughput_rounds_are_summarized_against_the_target() -> None:
+    from benchmarks.throughput import (
+        count_mismatches,
+        headline_spark_conf,
+        round_throughput,
+        summarize,
+    )
+
+    # 6,000 raw rows in 60 s against DuckDB's 300 rows/s: 100 / 300.
+    assert round_throughput(6000, 60.0, 300.0) == pytest.approx(1 / 3, abs=1e-3)
+    assert round_throughput(6000, None, 300.0) is None
+    rounds = [
+        {"throughput": 0.30},
+        {"throughput": 0.34},
+        {"throughput": 0.36},
+        {"throughput": None},
+    ]
+    summary = summarize(rounds)
+    assert summary["rounds"] == 4 and summary["rounds_measured"] == 3
+    assert summary["throughput_median"] == 0.34 and summary["met_by_median"] is True
+    assert (summary["throughput_min"], summary["throughput_max"]) == (0.3, 0.36)
+    assert summary["rounds_meeting_target"] == 2
+    assert summarize(rounds[:2])["met_by_median"] is False  # median 0.32
+    assert summarize([])["throughput_median"] is None
+    counts = {"ref_filtered": 10, "ref_daily_aggregates": 4, "ref_sessions": 3, "ref_users": 2}
+    written = {
+        "filtered_events": 10,
+        "daily_aggregates": 4,
+        "sessions": 3,
+        "users": 2,
+        "attributes": 2,
+    }
+    assert count_mismatches(written, counts) == {}
+    assert count_mismatches({**written, "sessions": 4}, counts) == {"sessions": (4, 3)}
+    assert count_mismatches({"filtered_events": 10}, counts)["users"] == (None, 2)
+    saved = {
+        "spark.eventLog.dir": "/x",
+        "spark.eventLog.enabled": "true",
+        "spark.driver.memory": "1g",
+    }
+    assert headline_spark_conf(saved) == {"spark.driver.memory": "1g"}
 
 
 def test_warmup_summary_takes_later_rounds_as_the_warm_reference() -> None:

@@ -1,0 +1,215 @@
+"""The throughput target decided by several samples instead of one: the trash-and-rebuild step
+and the DuckDB reference, alternated round by round on the rebuild home a `--keep-work`
+headline left, each round's ratio computed as the headline computes it.
+
+    python -m benchmarks.throughput --work W [--days 30] [--rounds 3] [--no-check] [--out DIR]
+
+The home is `W/homes/dDDD-rebuild` (its `events` already hold the D + 1 load days of the
+headline's trash-and-rebuild), with the settings of `W/configs/dDDD-rebuild.yaml`. As in the
+headline, the rebuild runs on the home's warm engine, warmed first by one untimed rebuild; each
+round is then one timed rebuild (`benchmarks.rebuild` through `benchmarks.measure`, in a fresh
+client process) followed by one DuckDB reference over the landing files of the same D + 1 load
+days. Unlike the headline, the engine stays up, idle, while DuckDB runs (stopping it would need a
+warm-up per round). Each round's throughput is raw rows per second of the rebuild step over
+DuckDB's (`run.throughput_vs_duckdb`); the summary gives the median, the range and how many
+rounds met the target. Each rebuild's row counts must equal the reference's, and after the last
+round every rebuilt table is compared with the reference in full unless `--no-check`. Writes
+`throughput-<UTC time>.json` into `--out` (default `benchmarks/results`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import statistics
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+# The headline's throughput target (issue 15: Spark within 3x of DuckDB on the same rows).
+TARGET = 1 / 3
+
+# The rebuilt tables and the reference's counts they must equal.
+COUNTED_TABLES = {
+    "filtered_events": "ref_filtered",
+    "daily_aggregates": "ref_daily_aggregates",
+    "sessions": "ref_sessions",
+    "users": "ref_users",
+}
+
+
+def round_throughput(
+    raw_rows: int, rebuild_s: float | None, duck_rows_per_s: float | None
+) -> float | None:
+    """Spark's raw rows per second over the rebuild step, over DuckDB's rows per second."""
+    from benchmarks.run import ratio
+
+    if not raw_rows or not rebuild_s:
+        return None
+    return ratio(raw_rows / rebuild_s, duck_rows_per_s)
+
+
+def count_mismatches(
+    rows_written: Mapping[str, int | None], reference_counts: Mapping[str, int]
+) -> dict[str, tuple[int | None, int | None]]:
+    """The rebuilt tables whose rows written differ from the reference's count: (rebuild,
+    reference) by table."""
+    out = {}
+    for table, ref in COUNTED_TABLES.items():
+        mine, theirs = rows_written.get(table), reference_counts.get(ref)
+        if mine != theirs:
+            out[table] = (mine, theirs)
+    return out
+
+
+def summarize(rounds: Sequence[Mapping[str, Any]], target: float = TARGET) -> dict[str, Any]:
+    """Median, range and count of rounds at or over `target` of the rounds' throughputs (rounds
+    without one are counted apart)."""
+    values = [r["throughput"] for r in rounds if r.get("throughput") is not None]
+    return {
+        "rounds": len(rounds),
+        "rounds_measured": len(values),
+        "throughput_median": round(statistics.median(values), 4) if values else None,
+        "throughput_min": round(min(values), 4) if values else None,
+        "throughput_max": round(max(values), 4) if values else None,
+        "rounds_meeting_target": sum(v >= target for v in values),
+        "target": round(target, 6),
+        "met_by_median": (statistics.median(values) >= target) if values else None,
+    }
+
+
+def rows_written(measurement: Mapping[str, Any]) -> dict[str, int | None]:
+    """Rows the measurement wrote per table (its Delta summary)."""
+    tables = (measurement.get("delta") or {}).get("tables") or {}
+    return {name: (info or {}).get("rows_written") for name, info in tables.items()}
+
+
+def headline_spark_conf(saved: Mapping[str, Any]) -> dict[str, str]:
+    """The Spark settings the headline's rebuild ran with (its `--spark-conf`), without the
+    event log's, which each measurement sets to its own folder."""
+    from benchmarks.common import EVENT_LOG_CONF
+
+    own = {*EVENT_LOG_CONF, "spark.eventLog.dir"}
+    return {str(k): str(v) for k, v in saved.items() if k not in own}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.throughput", description=__doc__)
+    parser.add_argument("--work", required=True, help="a headline's --keep-work folder")
+    parser.add_argument("--days", type=int, default=30, help="the history of its rebuild home")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-check", action="store_true", help="skip the full table comparison")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per rebuild")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import atexit
+
+    import yaml
+
+    from benchmarks import common, reference
+    from benchmarks import run as headline
+    from sessionize_assets.settings import from_mapping
+
+    args = build_parser().parse_args(argv)
+    work = Path(args.work)
+    name = f"d{args.days:03d}-rebuild"
+    home, config = work / "homes" / name, work / "configs" / f"{name}.yaml"
+    if not (home / "warehouse" / "events").is_dir() or not config.is_file():
+        print(f"error: no rebuild home {home} with settings {config}", file=sys.stderr)
+        return 2
+    saved = yaml.safe_load(config.read_text())
+    settings = {k: v for k, v in saved.items() if k != "spark"}
+    spark_conf = headline_spark_conf(saved.get("spark") or {})
+    start = dt.date.fromisoformat(str(settings["start_date"]))
+    now = headline.now_after(start, args.days + 1)
+    rules = reference.ReferenceRules.from_settings(from_mapping(settings, today=now.date()))
+    files = reference.landing_files_of(
+        work / "data", headline.day_folders(work / "data", start, 0, args.days + 1)
+    )
+    engine_log = work / "eventlogs" / f"{name}-engine"
+    atexit.register(headline.stop_engine, home)
+
+    def rebuild(label: str) -> dict[str, Any]:
+        return common.run_measurement(
+            work,
+            f"{name}-throughput-{label}",
+            home,
+            settings,
+            spark_conf,
+            [common.rebuild_step(now)],
+            work / "data",
+            args.timeout,
+            engine_event_log_dir=engine_log,
+        )
+
+    print("warm-up rebuild (untimed)", flush=True)
+    warmup = rebuild("warmup")
+    if not warmup.get("ok"):
+        print(f"error: the warm-up rebuild failed: {warmup.get('error')}", file=sys.stderr)
+        return 1
+    rounds: list[dict[str, Any]] = []
+    con = None
+    for i in range(args.rounds):
+        measured = rebuild(f"r{i}")
+        rebuild_s = headline.rebuild_step_s(measured) if measured.get("ok") else None
+        if con is not None:
+            con.close()
+        con, duck = headline.duckdb_reference(files, rules, None)
+        mismatches = count_mismatches(rows_written(measured), duck["counts"])
+        record = {
+            "round": i,
+            "rebuild_step_s": rebuild_s,
+            "rebuild_ok": bool(measured.get("ok")),
+            "duckdb_s": duck["wall_s"],
+            "raw_rows": duck["raw_rows"],
+            "throughput": round_throughput(duck["raw_rows"], rebuild_s, duck["rows_per_s"]),
+            "count_mismatches": mismatches,
+            "executor_cpu_s": common.summarize_measurement(measured).get("executor_cpu_s")
+            if measured.get("ok")
+            else None,
+        }
+        rounds.append(record)
+        print(
+            f"round {i}: rebuild {rebuild_s} s, DuckDB {duck['wall_s']} s, "
+            f"throughput {record['throughput']}, count mismatches {mismatches or 'none'}",
+            flush=True,
+        )
+    check = None
+    if con is not None and not args.no_check:
+        check = headline.check_against_reference(
+            con, home / "warehouse", "exact", rules.dedupe_lookback_days
+        )
+        check = {
+            "equal": check["equal"],
+            "tables": {t: c["equal"] for t, c in check["tables"].items()},
+        }
+    if con is not None:
+        con.close()
+    headline.stop_engine(home)
+    result = {
+        "parameters": {
+            "work": str(work),
+            "home": str(home),
+            "days": args.days,
+            "now": now.isoformat(),
+        },
+        "machine": common.machine_facts(),
+        "code": common.code_version(),
+        "spark_conf": spark_conf,
+        "warmup_rebuild_step_s": headline.rebuild_step_s(warmup),
+        "rounds": rounds,
+        "summary": summarize(rounds),
+        "check_after_last_round": check,
+    }
+    out = common.write_result(args.out, "throughput", result)
+    print(f"summary: {result['summary']}\nwrote {out}")
+    failed = any(r["count_mismatches"] or not r["rebuild_ok"] for r in rounds)
+    return 1 if failed or (check is not None and not check["equal"]) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
