@@ -96,9 +96,12 @@ from sessionize_assets.time_based.tables import (
     TimeBasedTables,
 )
 
-# The load days' rows `filtered_events_step` keeps at full width while it counts and writes them
-# (about 1.5 KB a row deserialized: ~450 MB); more are read twice instead.
+# At most this many load day rows (the Delta log's count), their ids needing a decision are
+# found with the ids broadcast (`filtering.ids_needing_a_decision(few_load_day_rows=True)`) and
+# kept in one partition per core.
 CACHED_LOAD_DAY_ROWS = 300_000
+# At most this many ids needing a decision are broadcast from the driver (three narrow columns).
+LOCAL_CARE_ROWS = 20_000
 
 # `daily_aggregates` from up to this many rows (counted in the Delta log) is aggregated by Spark
 # and fetched, at most DRIVER_WRITE_ROWS rows of it, for the driver's write: a (user, day) row
@@ -240,10 +243,7 @@ def _mark_and_write(
         read_days = [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
         # Marking reads the keys of the load days and their look-back days once (two columns,
         # one shuffle); the ids that need a decision are kept (a few percent of the keys). The
-        # load days' rows are then read by the counts and the write: kept at full width while
-        # they are small (one scan), read twice when large (caching a big catch-up at full width
-        # spilled to disk and cost more than a second Parquet read: docs/benchmarks.md, session
-        # 14).
+        # load days' rows are then read by the counts and the write, not cached (see below).
         window = events.filter(
             (F.col(LOAD_DATE) >= F.lit(first)) & (F.col(LOAD_DATE) <= F.lit(last))
         )
@@ -254,10 +254,16 @@ def _mark_and_write(
         care = filtering.ids_needing_a_decision(
             rows, earlier, n, keys=filtering.window_keys(window, days), few_load_day_rows=few
         )
-        # Few load day rows: their results are small, kept in one partition per core (a read of
-        # a cached result is one task per partition it was computed in).
-        care = persist_compact(spark, care, level) if few else care.persist(level)
-        persisted.append(care)
+        # Few load day rows: the ids are fetched once and broadcast from the driver by the counts
+        # and the write (no Spark job per broadcast), or, when there are many, kept in one
+        # partition per core (a read of a cached result is one task per partition it was
+        # computed in).
+        local = _driver_local(spark, care, LOCAL_CARE_ROWS) if few else None
+        if local is not None:
+            care = local
+        else:
+            care = persist_compact(spark, care, level) if few else care.persist(level)
+            persisted.append(care)
 
         def events_of() -> DataFrame:
             return events
@@ -271,9 +277,15 @@ def _mark_and_write(
         start_date=settings.start_date,
         care=care,
     )
-    if few:
+    if on_driver is not None:
+        # Driver-local rows: kept in one partition per core while they are counted and written.
         marked = persist_compact(spark, marked, level)
         persisted.append(marked)
+    # Read by Spark, the marked rows are not cached at full width: the counts and the range
+    # partitioning's sample read only the columns they use (the keys, the dedupe order, the
+    # times, the user key), and only the write reads every column. Encoding ~200,000 rows of 46
+    # columns into the cache cost more than those two narrow reads (docs/benchmarks.md,
+    # "Session 56").
     try:
         return _filter_and_write(
             spark,
@@ -291,6 +303,13 @@ def _mark_and_write(
     finally:
         for frame in persisted:
             frame.unpersist()
+
+
+def _driver_local(spark: SparkSession, df: DataFrame, limit: int) -> DataFrame | None:
+    """`df` as a driver-local DataFrame when it holds at most `limit` rows (one fetch), else
+    None (and `df` is computed again where it is used)."""
+    table, schema = fetch_arrow(df.limit(limit + 1))
+    return arrow_frame(spark, table, schema=schema) if table.num_rows <= limit else None
 
 
 def _decisions_on_driver(

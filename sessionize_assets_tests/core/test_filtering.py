@@ -467,3 +467,36 @@ def test_only_rows_whose_event_id_needs_a_decision_are_shuffled_at_full_width(sp
     rebuilt = mark_rows(both, both, 3)
     rebuilt.write.format("noop").mode("overwrite").save()
     assert [n for c, n in shuffled_rows(rebuilt) if c < width] == [len(today) + len(earlier)]
+
+
+def test_counting_marked_rows_reads_only_the_columns_the_marking_uses(spark, tmp_path) -> None:
+    # `filtered_events_step` no longer caches the marked rows at full width: the counts (and the
+    # range partitioning's sample) must read only the columns the marking uses, and only the
+    # write every column.
+    today = [event(f"t{i}", "2024-03-10T01:00:00", row_hash=f"a{i}") for i in range(200)]
+    today += [event(f"t{i}", "2024-03-10T02:00:00", row_hash=f"b{i}") for i in range(20)]
+    earlier = [event(f"t{i}", "2024-03-09T01:00:00") for i in range(150, 170)]
+    path = str(tmp_path / "events")
+    events_frame(spark, today + earlier).write.partitionBy("load_date").parquet(path)
+    events = spark.read.parquet(path)
+    rows = events.filter(events.load_date == L)
+    earlier_rows = events.filter(events.load_date < L)
+    care = ids_needing_a_decision(rows, earlier_rows, 3)
+    marked = mark_rows(rows, earlier_rows, 3, app_ids=["web"], care=care)
+
+    def scanned_columns(df: DataFrame) -> set[str]:
+        scans = [
+            n for n in executed_nodes(df) if n.getClass().getSimpleName() == "FileSourceScanExec"
+        ]
+        assert scans
+        return {c for n in scans for c in n.requiredSchema().fieldNames()}
+
+    counts = outcome_counts(marked)
+    by_outcome = {(r.outcome, r.rows) for r in counts.collect()}
+    # t0-t19 copied within the day (the later copy dropped), t150-t169 loaded the day before.
+    assert by_outcome == {("kept", 180), (DUPLICATE, 40)}
+    used = {"event_id", "derived_tstamp", "app_id", *DEDUPE_ORDER}
+    assert scanned_columns(counts) <= used, scanned_columns(counts) - used
+    written = kept_rows(marked)
+    assert len(written.collect()) == 180
+    assert "page_url" in scanned_columns(written)

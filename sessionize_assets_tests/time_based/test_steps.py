@@ -677,13 +677,18 @@ def test_the_drivers_deduplication_marks_the_rows_spark_marks(spark, tmp_path, m
     now = dt.datetime.fromisoformat(NOW) + dt.timedelta(days=3)
     got: dict[str, list] = {}
     files: dict[str, list[int]] = {}  # one file per load day (one append)
-    for reader in ("the driver (delta-rs)", "Spark"):
-        lake = make_lake(tmp_path / reader.split()[0], dedupe_lookback_days=2)
+    # Spark's marking twice: its ids needing a decision broadcast from the driver, and cached
+    # (more of them than LOCAL_CARE_ROWS).
+    for variant in ("the driver (delta-rs)", "Spark", "Spark, ids cached"):
+        reader = variant.split(",")[0]
+        lake = make_lake(tmp_path / variant.replace(" ", "_"), dedupe_lookback_days=2)
         append_events(spark, lake, rows)
         tables = tables_of(lake)
         if reader == "Spark":
             monkeypatch.setattr(delta, "LOCAL_READ_ROWS", -1)
             monkeypatch.setattr(delta, "DRIVER_FETCH_ROWS", -1)
+        if variant.endswith("cached"):
+            monkeypatch.setattr(steps, "LOCAL_CARE_ROWS", 0)
         seen = []
         for days in (
             [day(3), day(6)],
@@ -704,7 +709,7 @@ def test_the_drivers_deduplication_marks_the_rows_spark_marks(spark, tmp_path, m
                 key=repr,
             )
             seen.append((kept, result.facts["accounting"], result.facts["reached"]))
-            files.setdefault(reader, []).append(result.metadata["events files read"])
+            files.setdefault(variant, []).append(result.metadata["events files read"])
         feed = pa.table(DeltaTable(tables.filtered_events).load_cdf(starting_version=0).read_all())
         changes = sorted(
             zip(
@@ -715,9 +720,9 @@ def test_the_drivers_deduplication_marks_the_rows_spark_marks(spark, tmp_path, m
                 strict=True,
             )
         )
-        got[reader] = [*seen, changes]
+        got[variant] = [*seen, changes]
         monkeypatch.undo()
-    assert got["the driver (delta-rs)"] == got["Spark"]
+    assert got["the driver (delta-rs)"] == got["Spark"] == got["Spark, ids cached"]
     assert {change for _, change, _, _ in got["Spark"][-1]} == {"insert", "delete"}
     # The files each read: 03-03 and 03-06 with their look-back days (03-01..06) on the driver,
     # the whole window 03-01..08 with Spark.
