@@ -643,24 +643,25 @@ def test_benchmark_end_to_end(tmp_path: Path) -> None:
             assert table["equal"], (name, table)
     assert set(result["targets"]) >= {"incremental_wall_vs_full", "noop_wall_s"}
     assert code == 0
-    # The throughput target sampled again on the kept rebuild home: a warm-up, then one round of
-    # the rebuild and DuckDB, whose counts and tables agree.
+    # The throughput target sampled again on the kept rebuild home: warm-ups, then two rounds of
+    # the rebuild and DuckDB, in both orders, whose counts and tables agree.
     from benchmarks import throughput
 
     assert (
         throughput.main(
-            ["--work", str(tmp_path / "work"), "--days", "1", "--rounds", "1", "--out", str(out)]
+            ["--work", str(tmp_path / "work"), "--days", "1", "--rounds", "2", "--out", str(out)]
         )
         == 0
     )
     [sampled] = [json.loads(p.read_text()) for p in out.glob("throughput-*.json")]
-    [round0] = sampled["rounds"]
-    assert round0["rebuild_ok"] and round0["count_mismatches"] == {}
-    assert (
-        round0["throughput"] > 0
-        and round0["raw_rows"] == history["duckdb_after_incremental"]["raw_rows"]
-    )
-    assert sampled["summary"]["rounds_measured"] == 1
+    assert [r["order"] for r in sampled["rounds"]] == ["rebuild, DuckDB", "DuckDB, rebuild"]
+    for measured in sampled["rounds"]:
+        assert measured["rebuild_ok"] and measured["count_mismatches"] == {}
+        assert (
+            measured["throughput"] > 0
+            and measured["raw_rows"] == history["duckdb_after_incremental"]["raw_rows"]
+        )
+    assert sampled["summary"]["rounds_measured"] == 2 and sampled["warmup_duckdb_s"] > 0
     assert sampled["check_after_last_round"]["equal"] is True
     # The headline's --spark-conf carried over: the rebuild engine ran with the tests' settings.
     assert sampled["spark_conf"] == {k: str(v) for k, v in TEST_SPARK.items()}
@@ -672,7 +673,9 @@ def test_benchmark_end_to_end(tmp_path: Path) -> None:
 def test_throughput_rounds_are_summarized_against_the_target() -> None:
     from benchmarks.throughput import (
         count_mismatches,
+        counted_throughput,
         headline_spark_conf,
+        rebuild_first,
         round_throughput,
         summarize,
     )
@@ -704,6 +707,11 @@ def test_throughput_rounds_are_summarized_against_the_target() -> None:
     assert count_mismatches(written, counts) == {}
     assert count_mismatches({**written, "sessions": 4}, counts) == {"sessions": (4, 3)}
     assert count_mismatches({"filtered_events": 10}, counts)["users"] == (None, 2)
+    # A wrong or failed rebuild's round is not counted; the order alternates round by round.
+    assert counted_throughput(0.4, True, {}) == 0.4
+    assert counted_throughput(0.4, True, {"sessions": (4, 3)}) is None
+    assert counted_throughput(0.4, False, {}) is None
+    assert [rebuild_first(i) for i in range(4)] == [True, False, True, False]
     saved = {
         "spark.eventLog.dir": "/x",
         "spark.eventLog.enabled": "true",
