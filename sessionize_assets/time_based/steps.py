@@ -98,8 +98,9 @@ from sessionize_assets.time_based.tables import (
 
 # At most this many load day rows (the Delta log's count), their ids needing a decision are
 # found with the ids broadcast (`filtering.ids_needing_a_decision(few_load_day_rows=True)`) and
-# kept in one partition per core.
-CACHED_LOAD_DAY_ROWS = 300_000
+# fetched to the driver or kept in one partition per core. (Named CACHED_LOAD_DAY_ROWS until
+# session 56, when it also decided that the load days' rows were cached at full width.)
+FEW_LOAD_DAY_ROWS = 300_000
 # At most this many ids needing a decision are broadcast from the driver (three narrow columns).
 LOCAL_CARE_ROWS = 20_000
 
@@ -250,7 +251,7 @@ def _mark_and_write(
         rows = window.filter(F.col(LOAD_DATE).isin(days))
         earlier = window.filter(F.col(LOAD_DATE) < F.lit(days[-1]))
         to_mark = rows_in(tables.events, LOAD_DATE, days, events_version)
-        few = to_mark is not None and to_mark <= CACHED_LOAD_DAY_ROWS
+        few = to_mark is not None and to_mark <= FEW_LOAD_DAY_ROWS
         care = filtering.ids_needing_a_decision(
             rows, earlier, n, keys=filtering.window_keys(window, days), few_load_day_rows=few
         )
@@ -261,9 +262,11 @@ def _mark_and_write(
         local = _driver_local(spark, care, LOCAL_CARE_ROWS) if few else None
         if local is not None:
             care = local
+            result.metadata["ids needing a decision"] = "broadcast from the driver"
         else:
             care = persist_compact(spark, care, level) if few else care.persist(level)
             persisted.append(care)
+            result.metadata["ids needing a decision"] = "cached by Spark"
 
         def events_of() -> DataFrame:
             return events
@@ -281,10 +284,10 @@ def _mark_and_write(
         # Driver-local rows: kept in one partition per core while they are counted and written.
         marked = persist_compact(spark, marked, level)
         persisted.append(marked)
-    # Read by Spark, the marked rows are not cached at full width: the counts and the range
-    # partitioning's sample read only the columns they use (the keys, the dedupe order, the
-    # times, the user key), and only the write reads every column. Encoding ~200,000 rows of 46
-    # columns into the cache cost more than those two narrow reads (docs/benchmarks.md,
+    # Read by Spark, the marked rows are not cached at full width: the counts read only the
+    # columns the marking uses (the keys, the dedupe order, the filters' columns); the write's
+    # range partitioning samples them and the write reads them at full width. Encoding ~200,000
+    # rows of 46 columns into the cache cost more than those reads (docs/benchmarks.md,
     # "Session 56").
     try:
         return _filter_and_write(

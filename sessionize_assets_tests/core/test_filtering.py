@@ -470,9 +470,8 @@ def test_only_rows_whose_event_id_needs_a_decision_are_shuffled_at_full_width(sp
 
 
 def test_counting_marked_rows_reads_only_the_columns_the_marking_uses(spark, tmp_path) -> None:
-    # `filtered_events_step` no longer caches the marked rows at full width: the counts (and the
-    # range partitioning's sample) must read only the columns the marking uses, and only the
-    # write every column.
+    # `filtered_events_step` no longer caches the marked rows at full width: the counts must read
+    # only the columns the marking uses (the write reads every column).
     today = [event(f"t{i}", "2024-03-10T01:00:00", row_hash=f"a{i}") for i in range(200)]
     today += [event(f"t{i}", "2024-03-10T02:00:00", row_hash=f"b{i}") for i in range(20)]
     earlier = [event(f"t{i}", "2024-03-09T01:00:00") for i in range(150, 170)]

@@ -699,6 +699,10 @@ def test_the_drivers_deduplication_marks_the_rows_spark_marks(spark, tmp_path, m
             first = not Path(tables.filtered_events).exists()
             result = steps.filtered_events_step(spark, tables, lake.settings, days, now)
             assert result.metadata["events read by"] == reader
+            assert result.metadata.get("ids needing a decision") == {
+                "Spark": "broadcast from the driver",
+                "Spark, ids cached": "cached by Spark",
+            }.get(variant)
             writer = "Spark" if first else reader
             assert result.metadata["filtered_events written by"] == writer
             kept = sorted(
