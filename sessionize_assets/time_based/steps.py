@@ -78,6 +78,7 @@ from sessionize_assets.resources.spark import (
     persist_compact,
     small_query_conf,
 )
+from sessionize_assets.sessions.frames import computed_once_rows
 from sessionize_assets.settings import Settings
 from sessionize_assets.time_based.state import (
     TimeBasedState,
@@ -231,7 +232,6 @@ def _mark_and_write(
         # which decides which ids need a decision (`filtering.decisions_needed`); Spark reads
         # `events` only if a later load day's reach must be checked.
         rows, care, read_days = on_driver
-        few = True
         result.metadata["events read by"] = "the driver (delta-rs)"
 
         def events_of() -> DataFrame:
@@ -259,14 +259,15 @@ def _mark_and_write(
         # and the write (no Spark job per broadcast), or, when there are many, kept in one
         # partition per core (a read of a cached result is one task per partition it was
         # computed in).
-        local = _driver_local(spark, care, LOCAL_CARE_ROWS) if few else None
-        if local is not None:
-            care = local
-            result.metadata["ids needing a decision"] = "broadcast from the driver"
+        if few:
+            care, local = computed_once_rows(spark, care, LOCAL_CARE_ROWS, fetch_first=True)
         else:
-            care = persist_compact(spark, care, level) if few else care.persist(level)
+            care, local = care.persist(level), None
+        if local is None:
             persisted.append(care)
-            result.metadata["ids needing a decision"] = "cached by Spark"
+        result.metadata["ids needing a decision"] = (
+            "cached by Spark" if local is None else "broadcast from the driver"
+        )
 
         def events_of() -> DataFrame:
             return events
@@ -306,13 +307,6 @@ def _mark_and_write(
     finally:
         for frame in persisted:
             frame.unpersist()
-
-
-def _driver_local(spark: SparkSession, df: DataFrame, limit: int) -> DataFrame | None:
-    """`df` as a driver-local DataFrame when it holds at most `limit` rows (one fetch), else
-    None (and `df` is computed again where it is used)."""
-    table, schema = fetch_arrow(df.limit(limit + 1))
-    return arrow_frame(spark, table, schema=schema) if table.num_rows <= limit else None
 
 
 def _decisions_on_driver(
