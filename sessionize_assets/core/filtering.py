@@ -205,23 +205,93 @@ def kept_rows(marked: DataFrame) -> DataFrame:
     return marked.filter(F.col(DROP_REASON).isNull()).drop(DROP_REASON)
 
 
+# filtered_events' layout (`clustered_by_user`): rows of the key sample per task (Spark's range
+# partitioning samples 100 per output partition), at most LAYOUT_SAMPLE_ROWS in all, picked by
+# `xxhash64(event_id)` modulo SAMPLE_BUCKETS.
+LAYOUT_SAMPLE_PER_TASK = 100
+LAYOUT_SAMPLE_ROWS = 100_000
+SAMPLE_BUCKETS = 1_000_000
+
+LayoutKey = tuple[object, ...]
+
+
+def _ascending(key: LayoutKey) -> tuple[tuple[bool, object], ...]:
+    """A key's sort order as Spark's ascending sort has it: nulls first, then by value (strings
+    by code point, which is UTF-8's byte order)."""
+    return tuple((value is not None, value) for value in key)
+
+
+def layout_bounds(sample: Iterable[LayoutKey], tasks: int) -> list[LayoutKey]:
+    """The bounds that cut the sorted `sample` into `tasks` runs of about equal size: at most
+    tasks - 1, ascending and distinct (a key that fills more than a run is not split, so some
+    tasks may get no rows). Task i then takes the keys above bound i - 1 up to bound i."""
+    ordered = sorted(sample, key=_ascending)
+    picks = (ordered[max(0, (i * len(ordered)) // tasks - 1)] for i in range(1, tasks) if ordered)
+    bounds: list[LayoutKey] = []
+    for key in picks:
+        if not bounds or _ascending(key) > _ascending(bounds[-1]):
+            bounds.append(key)
+    return bounds
+
+
+def task_of(key: LayoutKey, bounds: Sequence[LayoutKey]) -> int:
+    """`range_task` in plain Python: the number of bounds below `key`."""
+    return sum(1 for bound in bounds if _ascending(bound) < _ascending(key))
+
+
+def range_task(order: Sequence[Column], bounds: Sequence[LayoutKey], types: Sequence) -> Column:
+    """The task of a row's key (`order`'s columns) among `bounds` (`layout_bounds`): the number
+    of bounds below it (`task_of`), by a binary search of nested comparisons of structs (Spark
+    orders a struct's fields in turn, nulls first)."""
+    key = F.struct(*(c.alias(f"k{i}") for i, c in enumerate(order)))
+
+    def bound(at: int) -> Column:
+        values = zip(bounds[at], types, strict=True)
+        return F.struct(*(F.lit(v).cast(t).alias(f"k{i}") for i, (v, t) in enumerate(values)))
+
+    def search(low: int, high: int) -> Column:  # the answer is in [low, high]
+        if low == high:
+            return F.lit(low)
+        middle = (low + high) // 2
+        return F.when(key <= bound(middle), search(low, middle)).otherwise(search(middle + 1, high))
+
+    return search(0, len(bounds))
+
+
 def clustered_by_user(
     kept: DataFrame, user_key: Column, rows: int, rows_per_file: int
 ) -> DataFrame:
-    """filtered_events' file layout: rows range-partitioned on (load day, event day, user key)
-    into about `rows / rows_per_file` tasks, so a (load day, event day) partition of R rows is
-    written as about R / rows_per_file files, each holding a contiguous range of users. Delta's
+    """filtered_events' file layout: rows partitioned by ranges of (load day, event day, user
+    key) into about `rows / rows_per_file` tasks, so a (load day, event day) partition of R rows
+    is written as about R / rows_per_file files, each holding a contiguous range of users. Delta's
     per-file min/max of the user column then lets a read of a few users' events (the session
     branch's late events of old sessions) skip the other files. A small partition stays one
     file; `rows` is the number of kept rows (known before the write).
+
+    The ranges' bounds come from a sample of the rows' three keys, read narrow and chosen by a
+    hash of `event_id` (`layout_bounds`), and each row goes to the task of its range
+    (`range_task`), so the layout depends only on the rows. Spark's own range partitioning
+    (`repartitionByRange`, before session 59) sampled the whole plan at full width, one more
+    read of every row, and seeded its sample with the plan's ids, so the same rows could be laid
+    out differently run to run.
 
     Within a file the rows are sorted by user, then time: written with small Parquet pages
     (`PARQUET_LAYOUT`), each page holds a short range of users, and Parquet's page index lets a
     read of a few users skip the other pages of the files it opens."""
     tasks = max(1, -(-max(rows, 0) // max(rows_per_file, 1)))
-    return kept.repartitionByRange(
-        tasks, F.col(LOAD_DATE), F.col(EVENT_DATE), user_key
-    ).sortWithinPartitions(F.col(LOAD_DATE), F.col(EVENT_DATE), user_key, F.col("derived_tstamp"))
+    order = (F.col(LOAD_DATE), F.col(EVENT_DATE), user_key)
+    if tasks == 1:
+        spread = kept.repartition(1)
+    else:
+        share = min(LAYOUT_SAMPLE_ROWS, LAYOUT_SAMPLE_PER_TASK * tasks) / max(rows, 1)
+        picked = F.pmod(F.xxhash64("event_id"), F.lit(SAMPLE_BUCKETS)) < F.lit(
+            max(1, round(min(share, 1.0) * SAMPLE_BUCKETS))
+        )
+        keys = kept.filter(picked).select(*(c.alias(f"_k{i}") for i, c in enumerate(order)))
+        sample = [tuple(r) for r in keys.collect()]
+        types = [f.dataType for f in keys.schema.fields]
+        spread = kept.repartitionById(tasks, range_task(order, layout_bounds(sample, tasks), types))
+    return spread.sortWithinPartitions(*order, F.col("derived_tstamp"))
 
 
 # The Parquet writer settings of filtered_events' files: pages of at most 1,000 rows (Parquet's

@@ -286,8 +286,8 @@ def _mark_and_write(
         marked = persist_compact(spark, marked, level)
         persisted.append(marked)
     # Read by Spark, the marked rows are not cached at full width: the counts read only the
-    # columns the marking uses (the keys, the dedupe order, the filters' columns); the write's
-    # range partitioning samples them and the write reads them at full width. Encoding ~200,000
+    # columns the marking uses (the keys, the dedupe order, the filters' columns); the layout's
+    # sample reads their three keys and the write reads them at full width. Encoding ~200,000
     # rows of 46 columns into the cache cost more than those reads (docs/benchmarks.md,
     # "Session 56").
     try:

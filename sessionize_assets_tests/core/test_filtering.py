@@ -499,3 +499,112 @@ def test_counting_marked_rows_reads_only_the_columns_the_marking_uses(spark, tmp
     written = kept_rows(marked)
     assert len(written.collect()) == 180
     assert "page_url" in scanned_columns(written)
+
+
+LAYOUT_SCHEMA = T.StructType(
+    [
+        T.StructField("load_date", T.DateType()),
+        T.StructField("event_date", T.DateType()),
+        T.StructField("user", T.StringType()),
+        T.StructField("event_id", T.StringType()),
+        T.StructField("derived_tstamp", T.TimestampType()),
+    ]
+)
+
+
+def layout_rows(seed: int, n: int) -> list[tuple[Any, ...]]:
+    """(load_date, event_date, user, event_id, derived_tstamp): two load days, three event days,
+    users with nulls, ties and characters beyond ASCII (Spark orders strings by UTF-8 bytes)."""
+    rnd = random.Random(seed)
+    users = [None, "", "a", "b", "ab", "B", "é", "z9", "ß", "日本", *(f"u{i:03}" for i in range(60))]
+    return [
+        (
+            L + dt.timedelta(days=rnd.randrange(2)),
+            L - dt.timedelta(days=rnd.randrange(3)),
+            rnd.choice(users),
+            f"e{i}",
+            dt.datetime(2024, 3, 9, rnd.randrange(24), tzinfo=dt.UTC),
+        )
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_layout_bounds_cut_the_sample_into_equal_runs(seed: int) -> None:
+    from sessionize_assets.core.filtering import layout_bounds, task_of
+
+    rnd = random.Random(seed)
+    tasks = rnd.randrange(2, 12)
+    distinct = [(L, f"u{i:04}") for i in rnd.sample(range(5000), rnd.randrange(1, 400))]
+    bounds = layout_bounds(distinct, tasks)
+    assert len(bounds) <= tasks - 1
+    assert bounds == sorted(set(bounds))
+    runs = [0] * tasks
+    for key in distinct:
+        runs[task_of(key, bounds)] += 1
+    assert sum(runs) == len(distinct)
+    assert max(runs) <= -(-len(distinct) // tasks), runs
+    # Ties: a key that fills more than a run is not split; bounds stay distinct, nulls first.
+    tied = [(L, None)] * 5 + [(L, "a")] * 50 + [(L, "b")] * 5
+    assert layout_bounds(tied, 4) == [(L, "a")]
+    assert [task_of(k, [(L, "a")]) for k in [(L, None), (L, "a"), (L, "b")]] == [0, 0, 1]
+    assert layout_bounds([], 4) == []
+    assert layout_bounds([(L, "x")], 4) == [(L, "x")]
+
+
+def test_range_task_is_task_of_in_spark(spark) -> None:
+    """The binary search of struct comparisons gives each row the task `task_of` gives it,
+    nulls and ties included, for any number of bounds."""
+    from pyspark.sql import functions as F
+
+    from sessionize_assets.core.filtering import layout_bounds, range_task, task_of
+
+    rows = layout_rows(7, 400)
+    frame = spark.createDataFrame(rows, LAYOUT_SCHEMA)
+    order = [F.col("load_date"), F.col("event_date"), F.col("user")]
+    types = [T.DateType(), T.DateType(), T.StringType()]
+    keys = [r[:3] for r in rows]
+    for tasks in (2, 3, 8, 33):
+        bounds = layout_bounds(random.Random(tasks).sample(keys, 60), tasks)
+        got = frame.select("event_id", range_task(order, bounds, types).alias("task")).collect()
+        expected = {r[3]: task_of(r[:3], bounds) for r in rows}
+        assert {r.event_id: r.task for r in got} == expected
+        assert len(set(expected.values())) > 1
+
+
+def test_clustered_by_user_lays_out_contiguous_ranges_that_depend_only_on_the_rows(spark) -> None:
+    """Each task holds one contiguous, sorted range of (load day, event day, user) of about
+    rows / rows_per_file rows; the same rows in another order and partitioning get the same
+    tasks; and Spark's range partitioning (a second read of every row for its sample) is gone."""
+    from pyspark.sql import functions as F
+
+    from sessionize_assets.core.filtering import _ascending, clustered_by_user
+
+    rows = layout_rows(11, 4000)
+    frame = spark.createDataFrame(rows, LAYOUT_SCHEMA)
+    shuffled = spark.createDataFrame(random.Random(5).sample(rows, len(rows)), LAYOUT_SCHEMA)
+
+    def tasks_of(df: DataFrame) -> list[list[tuple[Any, ...]]]:
+        clustered = clustered_by_user(df.repartition(7), F.col("user"), len(rows), 500)
+        plan = clustered._jdf.queryExecution().executedPlan().toString()
+        assert "rangepartitioning" not in plan.lower()
+        tagged = clustered.withColumn("_task", F.spark_partition_id()).collect()
+        out: list[list[tuple[Any, ...]]] = [[] for _ in range(8)]
+        for r in tagged:
+            out[r._task].append(tuple(r)[:5])
+        return out
+
+    first = tasks_of(frame)
+    assert sum(map(len, first)) == len(rows)
+    keys = [[_ascending(r[:3]) + (r[4],) for r in task] for task in first]
+    for task in keys:
+        assert task == sorted(task)  # sorted within: user, then time
+    filled = [task for task in keys if task]
+    for before, after in zip(filled, filled[1:], strict=False):
+        assert before[-1][:3] <= after[0][:3]  # contiguous ranges, ascending
+    assert len(filled) >= 6
+    assert max(map(len, first)) <= 2 * 500  # a sample's bounds: about 500 rows each
+    second = tasks_of(shuffled)
+    assert [sorted(t, key=lambda r: r[3]) for t in first] == [
+        sorted(t, key=lambda r: r[3]) for t in second
+    ]
