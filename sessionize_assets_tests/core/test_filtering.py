@@ -516,7 +516,19 @@ def layout_rows(seed: int, n: int) -> list[tuple[Any, ...]]:
     """(load_date, event_date, user, event_id, derived_tstamp): two load days, three event days,
     users with nulls, ties and characters beyond ASCII (Spark orders strings by UTF-8 bytes)."""
     rnd = random.Random(seed)
-    users = [None, "", "a", "b", "ab", "B", "é", "z9", "ß", "日本", *(f"u{i:03}" for i in range(60))]
+    users = [
+        None,
+        "",
+        "a",
+        "b",
+        "ab",
+        "B",
+        "é",
+        "z9",
+        "ß",
+        "日本",
+        *(f"u{i:03}" for i in range(60)),
+    ]
     return [
         (
             L + dt.timedelta(days=rnd.randrange(2)),
