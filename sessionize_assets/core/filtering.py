@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -239,6 +240,18 @@ def task_of(key: LayoutKey, bounds: Sequence[LayoutKey]) -> int:
     return sum(1 for bound in bounds if _ascending(bound) < _ascending(key))
 
 
+def picked_for_layout(rows: int, rows_per_file: int) -> Column:
+    """Whether a row is in `clustered_by_user`'s sample of `rows` rows: about
+    LAYOUT_SAMPLE_PER_TASK rows per file of `rows_per_file` rows, at most LAYOUT_SAMPLE_ROWS, picked
+    by a hash of `event_id` (the same rows whatever their order or partitioning). `rows` only
+    caps the sample; 0: not known, no cap."""
+    share = LAYOUT_SAMPLE_PER_TASK / max(rows_per_file, 1)
+    if rows > 0:
+        share = min(share, LAYOUT_SAMPLE_ROWS / rows)
+    below = max(1, round(min(share, 1.0) * SAMPLE_BUCKETS))
+    return F.pmod(F.xxhash64("event_id"), F.lit(SAMPLE_BUCKETS)) < F.lit(below)
+
+
 def range_task(order: Sequence[Column], bounds: Sequence[LayoutKey], types: Sequence) -> Column:
     """The task of a row's key (`order`'s columns) among `bounds` (`layout_bounds`): the number
     of bounds below it (`task_of`), by a binary search of nested comparisons of structs (Spark
@@ -259,7 +272,11 @@ def range_task(order: Sequence[Column], bounds: Sequence[LayoutKey], types: Sequ
 
 
 def clustered_by_user(
-    kept: DataFrame, user_key: Column, rows: int, rows_per_file: int
+    kept: DataFrame,
+    user_key: Column,
+    rows: int,
+    rows_per_file: int,
+    sample: Sequence[LayoutKey] | None = None,
 ) -> DataFrame:
     """filtered_events' file layout: rows partitioned by ranges of (load day, event day, user
     key) into about `rows / rows_per_file` tasks, so a (load day, event day) partition of R rows
@@ -268,12 +285,13 @@ def clustered_by_user(
     branch's late events of old sessions) skip the other files. A small partition stays one
     file; `rows` is the number of kept rows (known before the write).
 
-    The ranges' bounds come from a sample of the rows' three keys, read narrow and chosen by a
-    hash of `event_id` (`layout_bounds`), and each row goes to the task of its range
-    (`range_task`), so the layout depends only on the rows. Spark's own range partitioning
-    (`repartitionByRange`, before session 59) sampled the whole plan at full width, one more
-    read of every row, and seeded its sample with the plan's ids, so the same rows could be laid
-    out differently run to run.
+    The ranges' bounds come from a sample of the rows' three keys, the rows picked by a hash of
+    `event_id` (`picked_for_layout`; `sample`: taken by the caller, e.g. in `outcome_counts`'
+    query, else read here, narrow), cut into runs of equal size (`layout_bounds`), and each row
+    goes to the task of its range (`range_task`), so the layout depends only on the rows.
+    Spark's own range partitioning (`repartitionByRange`, before session 59) sampled the whole
+    plan at full width, one more read of every row, and seeded its sample with the plan's ids,
+    so the same rows could be laid out differently run to run.
 
     Within a file the rows are sorted by user, then time: written with small Parquet pages
     (`PARQUET_LAYOUT`), each page holds a short range of users, and Parquet's page index lets a
@@ -283,13 +301,10 @@ def clustered_by_user(
     if tasks == 1:
         spread = kept.repartition(1)
     else:
-        share = min(LAYOUT_SAMPLE_ROWS, LAYOUT_SAMPLE_PER_TASK * tasks) / max(rows, 1)
-        picked = F.pmod(F.xxhash64("event_id"), F.lit(SAMPLE_BUCKETS)) < F.lit(
-            max(1, round(min(share, 1.0) * SAMPLE_BUCKETS))
-        )
-        keys = kept.filter(picked).select(*(c.alias(f"_k{i}") for i, c in enumerate(order)))
-        sample = [tuple(r) for r in keys.collect()]
-        types = [f.dataType for f in keys.schema.fields]
+        if sample is None:
+            keys = kept.filter(picked_for_layout(rows, rows_per_file))
+            sample = [tuple(r) for r in keys.select(*order).collect()]
+        types = [f.dataType for f in kept.select(*order).schema.fields]
         spread = kept.repartitionById(tasks, range_task(order, layout_bounds(sample, tasks), types))
     return spread.sortWithinPartitions(*order, F.col("derived_tstamp"))
 
@@ -306,12 +321,29 @@ PARQUET_LAYOUT = {
 }
 
 
-def outcome_counts(marked: DataFrame) -> DataFrame:
-    """(load_date, outcome, rows, max_load_tstamp): outcome is `kept` or a drop reason."""
+def outcome_counts(marked: DataFrame, layout: tuple[Column, Column] | None = None) -> DataFrame:
+    """(load_date, outcome, rows, max_load_tstamp): outcome is `kept` or a drop reason.
+
+    `layout`: (user key, `picked_for_layout(...)`): the `kept` rows' sample for
+    `clustered_by_user` is gathered by the same query, in `layout_sample` ((event_date, user)
+    pairs of the picked kept rows; empty for the other outcomes)."""
     outcome = F.coalesce(F.col(DROP_REASON), F.lit("kept"))
-    return marked.groupBy(LOAD_DATE, outcome.alias("outcome")).agg(
-        F.count(F.lit(1)).alias("rows"), F.max("load_tstamp").alias("max_load_tstamp")
-    )
+    aggregates = [F.count(F.lit(1)).alias("rows"), F.max("load_tstamp").alias("max_load_tstamp")]
+    if layout is not None:
+        user, picked = layout
+        pair = F.struct(F.col(EVENT_DATE).alias("event_date"), user.alias("user"))
+        taken = F.col(DROP_REASON).isNull() & picked
+        aggregates.append(F.collect_list(F.when(taken, pair)).alias("layout_sample"))
+    return marked.groupBy(LOAD_DATE, outcome.alias("outcome")).agg(*aggregates)
+
+
+def layout_sample(outcome_rows: Iterable[Any]) -> list[LayoutKey]:
+    """The (load_date, event_date, user) keys of `outcome_counts(..., layout=...)`'s rows."""
+    return [
+        (row[LOAD_DATE], pair["event_date"], pair["user"])
+        for row in outcome_rows
+        for pair in row["layout_sample"] or ()
+    ]
 
 
 def accounting(outcomes: dict[str, int]) -> dict[str, int]:

@@ -419,7 +419,11 @@ def _filter_and_write(
     previous = state.accounting
     has_events = [d for d in days if d in fingerprints]
     had_rows = [d for d in days if d in previous]
-    outcome_rows = filtering.outcome_counts(marked).collect()
+    # The counts' query also picks the kept rows' sample for the write's layout (the rows are
+    # counted by it: no cap on the sample's size).
+    rows_per_file = settings.filtered_events_rows_per_file
+    layout = (user_key(settings), filtering.picked_for_layout(0, rows_per_file))
+    outcome_rows = filtering.outcome_counts(marked, layout=layout).collect()
     # Load days whose input changed reach later, already materialized load days.
     changed = [
         d
@@ -451,10 +455,10 @@ def _filter_and_write(
         filtering.kept_rows(marked),
         user_key(settings),
         kept_n,
-        settings.filtered_events_rows_per_file,
+        rows_per_file,
+        sample=filtering.layout_sample(outcome_rows),
     )
     # --- the processing-manifest lock wraps from here (see `guarded`)
-    rows_per_file = settings.filtered_events_rows_per_file
     if _replaced_by_driver(tables.filtered_events, kept, kept_n, days, rows_per_file):
         result.metadata["filtered_events written by"] = "the driver (delta-rs)"
     else:

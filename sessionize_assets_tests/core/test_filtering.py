@@ -620,3 +620,51 @@ def test_clustered_by_user_lays_out_contiguous_ranges_that_depend_only_on_the_ro
     assert [sorted(t, key=lambda r: r[3]) for t in first] == [
         sorted(t, key=lambda r: r[3]) for t in second
     ]
+
+
+def test_the_counts_query_gathers_the_layouts_sample_from_the_kept_rows_narrow(
+    spark, tmp_path
+) -> None:
+    """`outcome_counts(..., layout=...)` gathers the picked kept rows' keys in the counts' own
+    query, reading no more columns than the marking and the user key; `clustered_by_user` given
+    that sample lays the rows out as it does reading its own sample."""
+    from pyspark.sql import functions as F
+
+    from sessionize_assets.core.filtering import (
+        clustered_by_user,
+        layout_sample,
+        picked_for_layout,
+    )
+
+    today = [
+        event(f"t{i}", "2024-03-10T01:00:00", user=f"u{i % 37:02}", row_hash=f"a{i}")
+        for i in range(3000)
+    ]
+    today += [event(f"t{i}", "2024-03-10T02:00:00", row_hash=f"b{i}") for i in range(40)]
+    today += [event(f"x{i}", "2024-03-10T01:00:00", app="mobile") for i in range(30)]
+    path = str(tmp_path / "events")
+    events_frame(spark, today).write.partitionBy("load_date").parquet(path)
+    rows = spark.read.parquet(path)
+    marked = mark_rows(rows, None, 3, app_ids=["web"])
+    user = F.col("domain_userid")
+    counts = outcome_counts(marked, layout=(user, picked_for_layout(0, 200)))
+    got = counts.collect()
+    assert {(r.outcome, r.rows) for r in got} == {("kept", 3000), (DUPLICATE, 40), (APP_FILTER, 30)}
+    sample = layout_sample(got)
+    kept = kept_rows(marked)
+    own = kept.filter(picked_for_layout(0, 200)).select("load_date", "event_date", user)
+    assert sorted(sample) == sorted(tuple(r) for r in own.collect())
+    assert 3000 * 100 / 200 * 0.8 < len(sample) < 3000 * 100 / 200 * 1.2  # about 100 a file
+    scans = [
+        n for n in executed_nodes(counts) if n.getClass().getSimpleName() == "FileSourceScanExec"
+    ]
+    read = {c for n in scans for c in n.requiredSchema().fieldNames()}
+    assert read <= {"event_id", "derived_tstamp", "app_id", "domain_userid", *DEDUPE_ORDER}, read
+
+    def tasks_of(clustered: DataFrame) -> dict[str, int]:
+        tagged = clustered.withColumn("_task", F.spark_partition_id()).collect()
+        return {r.event_id: r._task for r in tagged}
+
+    given = tasks_of(clustered_by_user(kept, user, 3000, 200, sample=sample))
+    assert given == tasks_of(clustered_by_user(kept, user, 3000, 200))
+    assert len(set(given.values())) >= 12
