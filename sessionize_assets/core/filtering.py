@@ -18,7 +18,6 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window
@@ -214,17 +213,13 @@ LAYOUT_SAMPLE_PER_TASK = 100
 LAYOUT_SAMPLE_ROWS = 100_000
 SAMPLE_BUCKETS = 1_000_000
 
+# At most this many bounds are searched by one expression (`range_task`): Spark compiles it
+# into code that grows with the bounds (16 cost about 0.3 s more than 8 on 2 M rows, 40 over a
+# second, 1,024 failed to compile). More, as a catch-up of many load days has, and Spark's
+# range partitioning takes over.
+LAYOUT_SEARCH_BOUNDS = 16
+
 LayoutKey = tuple[dt.date | None, dt.date | None, str | None]  # (load day, event day, user)
-DayPair = tuple[dt.date, dt.date]  # (load day, event day): a partition of filtered_events
-
-
-@dataclass(frozen=True)
-class LayoutSample:
-    """What `clustered_by_user` needs to know of the rows: the keys of the rows picked by
-    `picked_for_layout`, and every (load day, event day) the rows hold (null days left out)."""
-
-    keys: list[LayoutKey]
-    day_pairs: set[DayPair]
 
 
 def _ascending(key: Sequence[object]) -> tuple[tuple[bool, object], ...]:
@@ -247,60 +242,52 @@ def layout_bounds(sample: Iterable[LayoutKey], tasks: int) -> list[LayoutKey]:
 
 
 def task_of(key: LayoutKey, bounds: Sequence[LayoutKey]) -> int:
-    """The task of a row's key: the number of bounds below it."""
+    """`range_task` in plain Python: the number of bounds below `key`."""
     return sum(1 for bound in bounds if _ascending(bound) < _ascending(key))
 
 
-# One user range of a (load day, event day): (load day, event day, has a lower bound, lower
-# bound (exclusive), has an upper bound, upper bound (inclusive), task). A bound may be a null
-# user, which sorts first.
-UserRange = tuple[dt.date, dt.date, bool, str | None, bool, str | None, int]
+# A (load day, event day) pair as one long that sorts as the pair does, nulls first
+# (`day_pair`, `day_pair_column`): the load day's days since 1970 times 2^32, plus the event
+# day's shifted to be positive.
+_DAY0 = dt.date(1970, 1, 1)
+_NO_DAY = -(2**31)
 
 
-def user_ranges(bounds: Sequence[LayoutKey], day_pairs: Iterable[DayPair]) -> list[UserRange]:
-    """`task_of` as a table: for each (load day, event day), the user ranges its bounds cut it
-    into, each with its task, so that a row's task is found by a join on its days and a
-    comparison of its user with its day pair's few ranges (`with_layout_task`). A day pair
-    without bounds is one range: the task that holds it whole."""
-    out: list[UserRange] = []
-    for load_day, event_day in sorted(day_pairs):
-        pair = _ascending((load_day, event_day))
-        base = sum(1 for b in bounds if _ascending(b[:2]) < pair)
-        users = [b[2] for b in bounds if _ascending(b[:2]) == pair]  # ascending, distinct
-        for j in range(len(users) + 1):
-            lower = (j > 0, users[j - 1] if j > 0 else None)
-            upper = (j < len(users), users[j] if j < len(users) else None)
-            out.append((load_day, event_day, *lower, *upper, base + j))
-    return out
+def day_pair(load_day: dt.date | None, event_day: dt.date | None) -> int:
+    """`day_pair_column` in plain Python."""
+    load = _NO_DAY if load_day is None else (load_day - _DAY0).days
+    event = _NO_DAY if event_day is None else (event_day - _DAY0).days
+    return load * 2**32 + event + 2**31
 
 
-_RANGES_SCHEMA = (
-    "_r_load_date date, _r_event_date date, _r_has_lower boolean, _r_lower string, "
-    "_r_has_upper boolean, _r_upper string, _layout_task int"
-)
+def day_pair_column(load_day: Column, event_day: Column) -> Column:
+    """A (load day, event day) pair as one long that orders as the pair does, nulls first."""
+    load = F.coalesce(F.unix_date(load_day), F.lit(_NO_DAY)).cast("long")
+    event = F.coalesce(F.unix_date(event_day), F.lit(_NO_DAY)).cast("long")
+    return load * F.lit(2**32) + event + F.lit(2**31)
 
 
-def with_layout_task(kept: DataFrame, user_key: Column, ranges: Sequence[UserRange]) -> DataFrame:
-    """`kept` with `_layout_task`, its row's task (`task_of`) from the `user_ranges` table,
-    broadcast and joined on the row's days, its user compared with the day pair's ranges (nulls
-    first). Null when the row's days are not in the table (null days). A join rather than one
-    expression over every bound: Spark compiles such an expression into code that grows with
-    the bounds, and 40 of them took over a second to compile."""
-    table = kept.sparkSession.createDataFrame(list(ranges), _RANGES_SCHEMA)
-    user, lower, upper = F.col("_layout_user"), F.col("_r_lower"), F.col("_r_upper")
-    above_lower = ~F.col("_r_has_lower") | (user.isNotNull() & (lower.isNull() | (lower < user)))
-    within_upper = ~F.col("_r_has_upper") | user.isNull() | (upper.isNotNull() & (user <= upper))
-    on = (
-        (F.col(LOAD_DATE) == F.col("_r_load_date"))
-        & (F.col(EVENT_DATE) == F.col("_r_event_date"))
-        & above_lower
-        & within_upper
-    )
-    return (
-        kept.withColumn("_layout_user", user_key)
-        .join(F.broadcast(table), on, "left")
-        .select(*(F.col(c) for c in kept.columns), F.col("_layout_task"))
-    )
+def range_task(days: Column, user: Column, bounds: Sequence[LayoutKey]) -> Column:
+    """The task of a row among `bounds` (`layout_bounds`' keys): the number of bounds below the
+    row's key (`task_of`), by a binary search of nested comparisons. `days`: the row's
+    `day_pair_column`; `user`: its user key (a string; nulls first). A comparison of a long and
+    a string with literals, not of structs: Spark compiles a function per struct comparison."""
+
+    def at_most(at: int) -> Column:  # the row's key <= bounds[at]
+        load_day, event_day, bound_user = bounds[at]
+        pair = F.lit(day_pair(load_day, event_day))
+        within = user.isNull()
+        if bound_user is not None:
+            within = within | (user <= F.lit(bound_user))
+        return (days < pair) | ((days == pair) & within)
+
+    def search(low: int, high: int) -> Column:  # the answer is in [low, high]
+        if low == high:
+            return F.lit(low)
+        middle = (low + high) // 2
+        return F.when(at_most(middle), search(low, middle)).otherwise(search(middle + 1, high))
+
+    return search(0, len(bounds))
 
 
 def picked_for_layout(rows: int, rows_per_file: int) -> Column:
@@ -320,7 +307,7 @@ def clustered_by_user(
     user_key: Column,
     rows: int,
     rows_per_file: int,
-    sample: LayoutSample | None = None,
+    sample: Sequence[LayoutKey] | None = None,
 ) -> DataFrame:
     """filtered_events' file layout: rows partitioned by ranges of (load day, event day, user
     key) into about `rows / rows_per_file` tasks, so a (load day, event day) partition of R rows
@@ -329,12 +316,13 @@ def clustered_by_user(
     branch's late events of old sessions) skip the other files. A small partition stays one
     file; `rows` is the number of kept rows (known before the write).
 
-    The ranges' bounds come from a sample of the rows' keys, the rows picked by a hash of
-    `event_id` (`picked_for_layout`), cut into runs of equal size (`layout_bounds`); each row
-    goes to its range's task (`user_ranges`, `with_layout_task`, `repartitionById`), so the
-    layout depends only on the rows. `sample`: gathered by the caller (`outcome_counts`' query
-    does), else read here, narrow. Spark's own range partitioning (`repartitionByRange`, before
-    session 59) sampled the whole plan at full width, one more read of every row.
+    Up to LAYOUT_SEARCH_BOUNDS + 1 tasks (a daily load), the ranges' bounds come from a sample
+    of the rows' keys, the rows picked by a hash of `event_id` (`picked_for_layout`; `sample`:
+    gathered by the caller, as `outcome_counts`' query does, else read here, narrow), cut into
+    runs of equal size (`layout_bounds`), and each row goes to its range's task (`range_task`,
+    `repartitionById`), so that layout depends only on the rows. More tasks: Spark's range
+    partitioning (`repartitionByRange`), which samples the whole plan itself, reading every
+    row at full width once more (docs/benchmarks.md, "Session 59").
 
     Within a file the rows are sorted by user, then time: written with small Parquet pages
     (`PARQUET_LAYOUT`), each page holds a short range of users, and Parquet's page index lets a
@@ -343,34 +331,24 @@ def clustered_by_user(
     order = (F.col(LOAD_DATE), F.col(EVENT_DATE), user_key)
     if tasks == 1:
         spread = kept.repartition(1)
+    elif tasks - 1 > LAYOUT_SEARCH_BOUNDS:
+        spread = kept.repartitionByRange(tasks, *order)
     else:
         if sample is None:
-            sample = layout_sample_of(kept, user_key, picked_for_layout(rows, rows_per_file))
-        ranges = user_ranges(layout_bounds(sample.keys, tasks), sample.day_pairs)
+            keys = kept.filter(picked_for_layout(rows, rows_per_file)).select(*order)
+            sample = [(r[0], r[1], r[2]) for r in keys.collect()]
+        bounds = layout_bounds(sample, tasks)
+        days, user = F.col("_layout_days"), F.col("_layout_user")
         spread = (
-            with_layout_task(kept, user_key, ranges)
+            kept.withColumns(
+                {"_layout_days": day_pair_column(*order[:2]), "_layout_user": user_key}
+            )
+            .withColumn("_layout_task", range_task(days, user, bounds))
+            .drop("_layout_days", "_layout_user")
             .repartitionById(tasks, F.col("_layout_task"))
             .drop("_layout_task")
         )
     return spread.sortWithinPartitions(*order, F.col("derived_tstamp"))
-
-
-def layout_sample_of(kept: DataFrame, user_key: Column, picked: Column) -> LayoutSample:
-    """`clustered_by_user`'s sample read from `kept` (one narrow query)."""
-    user = F.struct(user_key.alias("user"))
-    rows = (
-        kept.groupBy(LOAD_DATE, EVENT_DATE)
-        .agg(F.collect_list(F.when(picked, user)).alias("users"))
-        .collect()
-    )
-    return LayoutSample(
-        keys=[(r[LOAD_DATE], r[EVENT_DATE], u["user"]) for r in rows for u in r["users"]],
-        day_pairs={
-            (r[LOAD_DATE], r[EVENT_DATE])
-            for r in rows
-            if r[LOAD_DATE] is not None and r[EVENT_DATE] is not None
-        },
-    )
 
 
 # The Parquet writer settings of filtered_events' files: pages of at most 1,000 rows (Parquet's
@@ -388,39 +366,26 @@ PARQUET_LAYOUT = {
 def outcome_counts(marked: DataFrame, layout: tuple[Column, Column] | None = None) -> DataFrame:
     """(load_date, outcome, rows, max_load_tstamp): outcome is `kept` or a drop reason.
 
-    `layout`: (user key, `picked_for_layout(...)`): the same query gathers what
-    `clustered_by_user` needs of the kept rows (`layout_sample`): the (event_date, user) pairs
-    of the picked ones in `layout_sample`, and their event days in `layout_event_days` (both
-    empty for the other outcomes)."""
+    `layout`: (user key, `picked_for_layout(...)`): the same query gathers `clustered_by_user`'s
+    sample of the kept rows, in `layout_sample` ((event_date, user) of the picked ones; empty
+    for the other outcomes; `layout_sample` reads it)."""
     outcome = F.coalesce(F.col(DROP_REASON), F.lit("kept"))
     aggregates = [F.count(F.lit(1)).alias("rows"), F.max("load_tstamp").alias("max_load_tstamp")]
     if layout is not None:
         user, picked = layout
         pair = F.struct(F.col(EVENT_DATE).alias("event_date"), user.alias("user"))
-        kept = F.col(DROP_REASON).isNull()
-        aggregates += [
-            F.collect_list(F.when(kept & picked, pair)).alias("layout_sample"),
-            F.collect_set(F.when(kept, F.col(EVENT_DATE))).alias("layout_event_days"),
-        ]
+        taken = F.col(DROP_REASON).isNull() & picked
+        aggregates.append(F.collect_list(F.when(taken, pair)).alias("layout_sample"))
     return marked.groupBy(LOAD_DATE, outcome.alias("outcome")).agg(*aggregates)
 
 
-def layout_sample(outcome_rows: Iterable[Any]) -> LayoutSample:
-    """`clustered_by_user`'s sample from the rows of `outcome_counts(..., layout=...)`."""
-    rows = list(outcome_rows)
-    return LayoutSample(
-        keys=[
-            (row[LOAD_DATE], pair["event_date"], pair["user"])
-            for row in rows
-            for pair in row["layout_sample"] or ()
-        ],
-        day_pairs={
-            (row[LOAD_DATE], day)
-            for row in rows
-            if row[LOAD_DATE] is not None
-            for day in row["layout_event_days"] or ()
-        },
-    )
+def layout_sample(outcome_rows: Iterable[Any]) -> list[LayoutKey]:
+    """The (load_date, event_date, user) keys of `outcome_counts(..., layout=...)`'s rows."""
+    return [
+        (row[LOAD_DATE], pair["event_date"], pair["user"])
+        for row in outcome_rows
+        for pair in row["layout_sample"] or ()
+    ]
 
 
 def accounting(outcomes: dict[str, int]) -> dict[str, int]:

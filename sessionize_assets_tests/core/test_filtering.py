@@ -564,53 +564,59 @@ def test_layout_bounds_cut_the_sample_into_equal_runs(seed: int) -> None:
     assert layout_bounds([(L, "x")], 4) == [(L, "x")]
 
 
-def test_a_rows_layout_task_is_task_of_in_spark(spark) -> None:
-    """The join with the day pairs' user ranges gives each row the task `task_of` gives it,
-    null users and ties included, for any number of bounds; rows with null days get none."""
+def test_range_task_is_task_of_in_spark(spark) -> None:
+    """The binary search of comparisons gives each row the task `task_of` gives it, null users,
+    null days and ties included, for any number of bounds."""
     from pyspark.sql import functions as F
 
     from sessionize_assets.core.filtering import (
+        day_pair_column,
         layout_bounds,
+        range_task,
         task_of,
-        user_ranges,
-        with_layout_task,
     )
 
-    rows = layout_rows(7, 400)
-    frame = spark.createDataFrame(rows + [(None, L, "a", "null-day", None)], LAYOUT_SCHEMA)
+    rows = layout_rows(7, 400) + [(None, L, "a", "no load day", None), (L, None, None, "no", None)]
+    frame = spark.createDataFrame(rows, LAYOUT_SCHEMA).withColumn(
+        "days", day_pair_column(F.col("load_date"), F.col("event_date"))
+    )
     keys = [r[:3] for r in rows]
-    pairs = {k[:2] for k in keys}
-    for tasks in (2, 3, 8, 33, 300):
+    for tasks in (2, 3, 8, 17, 40):
         bounds = layout_bounds(random.Random(tasks).sample(keys, 60), tasks)
-        ranges = user_ranges(bounds, pairs)
-        got = with_layout_task(frame, F.col("user"), ranges).collect()
-        assert len(got) == len(rows) + 1
+        task = range_task(F.col("days"), F.col("user"), bounds).alias("task")
+        got = frame.select("event_id", task).collect()
         expected = {r[3]: task_of(r[:3], bounds) for r in rows}
-        assert {r.event_id: r._layout_task for r in got} == {**expected, "null-day": None}
+        assert {r.event_id: r.task for r in got} == expected
         assert len(set(expected.values())) > 1
 
 
-@pytest.mark.parametrize("rows_per_file", [500, 20])
+@pytest.mark.parametrize("rows_per_file", [500, 250, 20])
 def test_clustered_by_user_lays_out_contiguous_ranges_that_depend_only_on_the_rows(
     spark, rows_per_file: int
 ) -> None:
     """Each task holds one contiguous, sorted range of (load day, event day, user) of about
-    rows / rows_per_file rows (8 tasks, or 200 as a catch-up has); the same rows in another
-    order and partitioning get the same tasks; and Spark's range partitioning (a second read of
-    every row for its sample) is gone."""
+    rows / rows_per_file rows. Up to LAYOUT_SEARCH_BOUNDS + 1 tasks (8 and 16 here) the tasks
+    come from the searched bounds, not Spark's range partitioning (a second read of every row
+    for its sample), and the same rows in another order and partitioning get the same tasks;
+    200 tasks, as a catch-up may have, are Spark's range partitioning's."""
     from pyspark.sql import functions as F
 
-    from sessionize_assets.core.filtering import _ascending, clustered_by_user
+    from sessionize_assets.core.filtering import (
+        LAYOUT_SEARCH_BOUNDS,
+        _ascending,
+        clustered_by_user,
+    )
 
     rows = layout_rows(11, 4000)
     tasks = len(rows) // rows_per_file
+    searched = tasks - 1 <= LAYOUT_SEARCH_BOUNDS
     frame = spark.createDataFrame(rows, LAYOUT_SCHEMA)
     shuffled = spark.createDataFrame(random.Random(5).sample(rows, len(rows)), LAYOUT_SCHEMA)
 
     def tasks_of(df: DataFrame) -> list[list[tuple[Any, ...]]]:
         clustered = clustered_by_user(df.repartition(7), F.col("user"), len(rows), rows_per_file)
         plan = clustered._jdf.queryExecution().executedPlan().toString()
-        assert "rangepartitioning" not in plan.lower()
+        assert ("rangepartitioning" not in plan.lower()) == searched
         tagged = clustered.withColumn("_task", F.spark_partition_id()).collect()
         out: list[list[tuple[Any, ...]]] = [[] for _ in range(tasks)]
         for r in tagged:
@@ -626,12 +632,13 @@ def test_clustered_by_user_lays_out_contiguous_ranges_that_depend_only_on_the_ro
     for before, after in zip(filled, filled[1:], strict=False):
         assert before[-1][:3] <= after[0][:3]  # contiguous ranges, ascending
     # A sample's bounds: about rows_per_file rows each (the 70 users tie within a day pair).
-    assert len(filled) >= (6 if tasks == 8 else 60)
+    assert len(filled) >= tasks * 3 // 4 if searched else len(filled) >= 60
     assert max(map(len, first)) <= 2 * max(rows_per_file, 4000 // 70)
-    second = tasks_of(shuffled)
-    assert [sorted(t, key=lambda r: r[3]) for t in first] == [
-        sorted(t, key=lambda r: r[3]) for t in second
-    ]
+    if searched:
+        second = tasks_of(shuffled)
+        assert [sorted(t, key=lambda r: r[3]) for t in first] == [
+            sorted(t, key=lambda r: r[3]) for t in second
+        ]
 
 
 def test_the_counts_query_gathers_the_layouts_sample_from_the_kept_rows_narrow(
@@ -645,7 +652,6 @@ def test_the_counts_query_gathers_the_layouts_sample_from_the_kept_rows_narrow(
     from sessionize_assets.core.filtering import (
         clustered_by_user,
         layout_sample,
-        layout_sample_of,
         picked_for_layout,
     )
 
@@ -660,16 +666,14 @@ def test_the_counts_query_gathers_the_layouts_sample_from_the_kept_rows_narrow(
     rows = spark.read.parquet(path)
     marked = mark_rows(rows, None, 3, app_ids=["web"])
     user = F.col("domain_userid")
-    counts = outcome_counts(marked, layout=(user, picked_for_layout(0, 200)))
+    counts = outcome_counts(marked, layout=(user, picked_for_layout(0, 250)))
     got = counts.collect()
     assert {(r.outcome, r.rows) for r in got} == {("kept", 3000), (DUPLICATE, 40), (APP_FILTER, 30)}
     sample = layout_sample(got)
     kept = kept_rows(marked)
-    own = kept.filter(picked_for_layout(0, 200)).select("load_date", "event_date", user)
-    assert sorted(sample.keys) == sorted(tuple(r) for r in own.collect())
-    assert 3000 * 100 / 200 * 0.8 < len(sample.keys) < 3000 * 100 / 200 * 1.2  # ~100 a file
-    assert sample.day_pairs == {(L, ts("2024-03-10T01:00:00").date())}
-    assert layout_sample_of(kept, user, picked_for_layout(0, 200)) == sample
+    own = kept.filter(picked_for_layout(0, 250)).select("load_date", "event_date", user)
+    assert sorted(sample) == sorted(tuple(r) for r in own.collect())
+    assert 3000 * 100 / 250 * 0.8 < len(sample) < 3000 * 100 / 250 * 1.2  # about 100 a file
     scans = [
         n for n in executed_nodes(counts) if n.getClass().getSimpleName() == "FileSourceScanExec"
     ]
@@ -680,6 +684,6 @@ def test_the_counts_query_gathers_the_layouts_sample_from_the_kept_rows_narrow(
         tagged = clustered.withColumn("_task", F.spark_partition_id()).collect()
         return {r.event_id: r._task for r in tagged}
 
-    given = tasks_of(clustered_by_user(kept, user, 3000, 200, sample=sample))
-    assert given == tasks_of(clustered_by_user(kept, user, 3000, 200))
-    assert len(set(given.values())) >= 12
+    given = tasks_of(clustered_by_user(kept, user, 3000, 250, sample=sample))
+    assert given == tasks_of(clustered_by_user(kept, user, 3000, 250))
+    assert len(set(given.values())) >= 10
