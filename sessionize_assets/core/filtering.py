@@ -367,24 +367,29 @@ def outcome_counts(marked: DataFrame, layout: tuple[Column, Column] | None = Non
     """(load_date, outcome, rows, max_load_tstamp): outcome is `kept` or a drop reason.
 
     `layout`: (user key, `picked_for_layout(...)`): the same query gathers `clustered_by_user`'s
-    sample of the kept rows, in `layout_sample` ((event_date, user) of the picked ones; empty
-    for the other outcomes; `layout_sample` reads it)."""
-    outcome = F.coalesce(F.col(DROP_REASON), F.lit("kept"))
-    aggregates = [F.count(F.lit(1)).alias("rows"), F.max("load_tstamp").alias("max_load_tstamp")]
+    sample of the kept rows (`layout_sample` reads it): the rows are also grouped by
+    `layout_key`, the (event_date, user) of a picked kept row (null for the other rows), so a
+    (load_date, outcome) may have several rows, to be summed. A grouping key rather than a
+    collected list keeps the aggregation Spark's compiled hash aggregation: a `collect_list`
+    beside the counts made the query 0.3-0.5 s slower on a 200,000-row day."""
+    keys = [F.col(LOAD_DATE), F.coalesce(F.col(DROP_REASON), F.lit("kept")).alias("outcome")]
     if layout is not None:
         user, picked = layout
         pair = F.struct(F.col(EVENT_DATE).alias("event_date"), user.alias("user"))
-        taken = F.col(DROP_REASON).isNull() & picked
-        aggregates.append(F.collect_list(F.when(taken, pair)).alias("layout_sample"))
-    return marked.groupBy(LOAD_DATE, outcome.alias("outcome")).agg(*aggregates)
+        keys.append(F.when(F.col(DROP_REASON).isNull() & picked, pair).alias("layout_key"))
+    return marked.groupBy(*keys).agg(
+        F.count(F.lit(1)).alias("rows"), F.max("load_tstamp").alias("max_load_tstamp")
+    )
 
 
 def layout_sample(outcome_rows: Iterable[Any]) -> list[LayoutKey]:
-    """The (load_date, event_date, user) keys of `outcome_counts(..., layout=...)`'s rows."""
+    """The (load_date, event_date, user) keys of the picked rows, one per row, from
+    `outcome_counts(..., layout=...)`'s rows."""
     return [
-        (row[LOAD_DATE], pair["event_date"], pair["user"])
+        (row[LOAD_DATE], row["layout_key"]["event_date"], row["layout_key"]["user"])
         for row in outcome_rows
-        for pair in row["layout_sample"] or ()
+        if row["layout_key"] is not None
+        for _ in range(int(row["rows"]))
     ]
 
 

@@ -479,8 +479,8 @@ def _filter_and_write(
 
     per_day: dict[dt.date, dict[str, int]] = defaultdict(dict)
     max_loaded: dict[dt.date, dt.datetime] = {}
-    for r in outcome_rows:
-        per_day[r[LOAD_DATE]][r["outcome"]] = r["rows"]
+    for r in outcome_rows:  # a (load day, outcome) may have several rows (the layout's keys)
+        per_day[r[LOAD_DATE]][r["outcome"]] = per_day[r[LOAD_DATE]].get(r["outcome"], 0) + r["rows"]
         if r["max_load_tstamp"] is not None:
             stamp = as_utc_or_none(r["max_load_tstamp"])
             max_loaded[r[LOAD_DATE]] = max(stamp, max_loaded.get(r[LOAD_DATE], stamp))
