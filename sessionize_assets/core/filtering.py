@@ -290,6 +290,26 @@ def range_task(days: Column, user: Column, bounds: Sequence[LayoutKey]) -> Colum
     return search(0, len(bounds))
 
 
+def searched_layout(rows: int, rows_per_file: int) -> bool:
+    """Whether `clustered_by_user` lays `rows` rows out by a searched sample (at most
+    LAYOUT_SEARCH_BOUNDS + 1 tasks) rather than by Spark's range partitioning."""
+    return _layout_tasks(rows, rows_per_file) - 1 <= LAYOUT_SEARCH_BOUNDS
+
+
+def _layout_tasks(rows: int, rows_per_file: int) -> int:
+    return max(1, -(-max(rows, 0) // max(rows_per_file, 1)))
+
+
+def layout_of(rows: int, rows_per_file: int) -> str:
+    """How `clustered_by_user` lays `rows` rows out, in words (for the step's metadata)."""
+    tasks = _layout_tasks(rows, rows_per_file)
+    if tasks == 1:
+        return "1 task"
+    if searched_layout(rows, rows_per_file):
+        return f"{tasks} tasks, a sample's bounds searched"
+    return f"{tasks} tasks, Spark's range partitioning"
+
+
 def picked_for_layout(rows: int, rows_per_file: int) -> Column:
     """Whether a row is in `clustered_by_user`'s sample of `rows` rows: about
     LAYOUT_SAMPLE_PER_TASK rows per file of `rows_per_file` rows, at most LAYOUT_SAMPLE_ROWS,
@@ -327,11 +347,11 @@ def clustered_by_user(
     Within a file the rows are sorted by user, then time: written with small Parquet pages
     (`PARQUET_LAYOUT`), each page holds a short range of users, and Parquet's page index lets a
     read of a few users skip the other pages of the files it opens."""
-    tasks = max(1, -(-max(rows, 0) // max(rows_per_file, 1)))
+    tasks = _layout_tasks(rows, rows_per_file)
     order = (F.col(LOAD_DATE), F.col(EVENT_DATE), user_key)
     if tasks == 1:
         spread = kept.repartition(1)
-    elif tasks - 1 > LAYOUT_SEARCH_BOUNDS:
+    elif not searched_layout(rows, rows_per_file):
         spread = kept.repartitionByRange(tasks, *order)
     else:
         if sample is None:

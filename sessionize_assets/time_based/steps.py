@@ -227,6 +227,7 @@ def _mark_and_write(
     level = StorageLevel.MEMORY_AND_DISK_DESER
     persisted: list[DataFrame] = []  # unpersisted when the step ends
     earlier: DataFrame | None = None
+    to_mark = rows_in(tables.events, LOAD_DATE, days, events_version)  # from the Delta log
     if on_driver is not None:
         # Few load day rows: they and the look-back keys of their ids are read by the driver,
         # which decides which ids need a decision (`filtering.decisions_needed`); Spark reads
@@ -250,7 +251,6 @@ def _mark_and_write(
         )
         rows = window.filter(F.col(LOAD_DATE).isin(days))
         earlier = window.filter(F.col(LOAD_DATE) < F.lit(days[-1]))
-        to_mark = rows_in(tables.events, LOAD_DATE, days, events_version)
         few = to_mark is not None and to_mark <= FEW_LOAD_DAY_ROWS
         care = filtering.ids_needing_a_decision(
             rows, earlier, n, keys=filtering.window_keys(window, days), few_load_day_rows=few
@@ -303,6 +303,7 @@ def _mark_and_write(
             fingerprints,
             result,
             started,
+            to_mark,
         )
     finally:
         for frame in persisted:
@@ -411,18 +412,23 @@ def _filter_and_write(
     fingerprints: dict[dt.date, str],
     result: StepResult,
     started: float,
+    to_mark: int | None = None,
 ) -> StepResult:
     """`filtered_events_step` once its rows are marked: count, find the later load days reached
     (in `events_of()`: the raw rows, read only then), write, record the accounting (in
-    `result`). `read_days`: the load days of `events` the marking read (for the metadata)."""
+    `result`). `read_days`: the load days of `events` the marking read (for the metadata);
+    `to_mark`: how many rows are marked, when the Delta log says (at most what is kept)."""
     n = settings.dedupe_lookback_days
     previous = state.accounting
     has_events = [d for d in days if d in fingerprints]
     had_rows = [d for d in days if d in previous]
-    # The counts' query also picks the kept rows' sample for the write's layout (the rows are
-    # counted by it: no cap on the sample's size).
+    # The counts' query also gathers the kept rows' sample for the write's layout, when the
+    # layout searches a sample: the rows marked are at most that many (else
+    # `clustered_by_user` reads its own sample if the rows kept turn out few enough).
     rows_per_file = settings.filtered_events_rows_per_file
-    layout = (user_key(settings), filtering.picked_for_layout(0, rows_per_file))
+    layout = None
+    if to_mark is not None and filtering.searched_layout(to_mark, rows_per_file):
+        layout = (user_key(settings), filtering.picked_for_layout(to_mark, rows_per_file))
     outcome_rows = filtering.outcome_counts(marked, layout=layout).collect()
     # Load days whose input changed reach later, already materialized load days.
     changed = [
@@ -456,7 +462,10 @@ def _filter_and_write(
         user_key(settings),
         kept_n,
         rows_per_file,
-        sample=filtering.layout_sample(outcome_rows),
+        sample=filtering.layout_sample(outcome_rows) if layout is not None else None,
+    )
+    result.metadata["filtered_events layout"] = filtering.layout_of(kept_n, rows_per_file) + (
+        " (sample gathered by the counts)" if layout is not None and kept_n > rows_per_file else ""
     )
     # --- the processing-manifest lock wraps from here (see `guarded`)
     if _replaced_by_driver(tables.filtered_events, kept, kept_n, days, rows_per_file):
@@ -480,7 +489,8 @@ def _filter_and_write(
     per_day: dict[dt.date, dict[str, int]] = defaultdict(dict)
     max_loaded: dict[dt.date, dt.datetime] = {}
     for r in outcome_rows:  # a (load day, outcome) may have several rows (the layout's keys)
-        per_day[r[LOAD_DATE]][r["outcome"]] = per_day[r[LOAD_DATE]].get(r["outcome"], 0) + r["rows"]
+        outcomes = per_day[r[LOAD_DATE]]
+        outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + r["rows"]
         if r["max_load_tstamp"] is not None:
             stamp = as_utc_or_none(r["max_load_tstamp"])
             max_loaded[r[LOAD_DATE]] = max(stamp, max_loaded.get(r[LOAD_DATE], stamp))

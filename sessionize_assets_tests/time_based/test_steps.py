@@ -211,8 +211,12 @@ def test_reading_one_event_day_or_one_load_day_prunes_files(spark, scenario) -> 
 
 def test_filtered_events_files_hold_contiguous_ranges_of_users(spark, tmp_path) -> None:
     """With filtered_events_rows_per_file 10, a load day of 60 on-time rows of 20 users is
-    written as several files whose user ranges (Delta's min/max per file) do not overlap."""
+    written as six files of about 10 rows whose user ranges (Delta's min/max per file) do not
+    overlap: the bounds searched from a sample the counts' query gathered (every row, at 100 a
+    file)."""
     from deltalake import DeltaTable
+
+    from sessionize_assets.time_based import steps
 
     lake = make_lake(tmp_path / "home", filtered_events_rows_per_file=10)
     rows = [
@@ -221,14 +225,19 @@ def test_filtered_events_files_hold_contiguous_ranges_of_users(spark, tmp_path) 
         for i in range(3)
     ]
     append_events(spark, lake, rows)
-    assert materialize_time_based(lake, DagsterInstance.ephemeral(), ["filtered_events"], day(2))
+    now = dt.datetime.fromisoformat(NOW)
+    result = steps.filtered_events_step(spark, tables_of(lake), lake.settings, [day(2)], now)
+    assert result.metadata["filtered_events layout"] == (
+        "6 tasks, a sample's bounds searched (sample gathered by the counts)"
+    )
     actions = pa.table(
         DeltaTable(lake.table("filtered_events")).get_add_actions(flatten=True)
     ).to_pydict()
     ranges = sorted(zip(actions["min.domain_userid"], actions["max.domain_userid"], strict=True))
-    assert len(ranges) >= 4, ranges  # ~60 / 10 tasks: range partitioning's sampled bounds
+    files = actions["num_records"]
+    assert len(files) == 6 and sum(files) == 60, files
+    assert all(n % 3 == 0 and n <= 12 for n in files), files  # a user's 3 rows never split
     assert all(ranges[i][1] < ranges[i + 1][0] for i in range(len(ranges) - 1)), ranges
-    assert sum(actions["num_records"]) == 60
 
 
 def test_days_to_process_decides_each_load_day_in_order(spark, scenario) -> None:
