@@ -207,10 +207,10 @@ def kept_rows(marked: DataFrame) -> DataFrame:
 
 
 # filtered_events' layout (`clustered_by_user`): rows of the key sample per task (Spark's range
-# partitioning samples 100 per output partition), at most LAYOUT_SAMPLE_ROWS in all, picked by
-# `xxhash64(event_id)` modulo SAMPLE_BUCKETS.
+# partitioning samples 100 per output partition), picked by `xxhash64(event_id)` modulo
+# SAMPLE_BUCKETS. A searched layout has at most LAYOUT_SEARCH_BOUNDS + 1 tasks, so the sample
+# holds at most about 1,700 rows.
 LAYOUT_SAMPLE_PER_TASK = 100
-LAYOUT_SAMPLE_ROWS = 100_000
 SAMPLE_BUCKETS = 1_000_000
 
 # At most this many bounds are searched by one expression (`range_task`): Spark compiles it
@@ -247,24 +247,27 @@ def task_of(key: LayoutKey, bounds: Sequence[LayoutKey]) -> int:
 
 
 # A (load day, event day) pair as one long that sorts as the pair does, nulls first
-# (`day_pair`, `day_pair_column`): the load day's days since 1970 times 2^32, plus the event
-# day's shifted to be positive.
+# (`day_pair`, `day_pair_column`): the load day's days since 1970 times 2^23, plus the event
+# day's. Dates of years 1 to 9999 are within 2^22 days of 1970, and a null day counts as -2^22:
+# no sum leaves a long, whatever order Spark adds in (its optimizer regroups the literals of a
+# sum, which in ANSI mode overflowed when the pair was shifted to be positive).
 _DAY0 = dt.date(1970, 1, 1)
-_NO_DAY = -(2**31)
+_NO_DAY = -(2**22)
+_DAYS = 2**23
 
 
 def day_pair(load_day: dt.date | None, event_day: dt.date | None) -> int:
     """`day_pair_column` in plain Python."""
     load = _NO_DAY if load_day is None else (load_day - _DAY0).days
     event = _NO_DAY if event_day is None else (event_day - _DAY0).days
-    return load * 2**32 + event + 2**31
+    return load * _DAYS + event
 
 
 def day_pair_column(load_day: Column, event_day: Column) -> Column:
     """A (load day, event day) pair as one long that orders as the pair does, nulls first."""
     load = F.coalesce(F.unix_date(load_day), F.lit(_NO_DAY)).cast("long")
     event = F.coalesce(F.unix_date(event_day), F.lit(_NO_DAY)).cast("long")
-    return load * F.lit(2**32) + event + F.lit(2**31)
+    return load * F.lit(_DAYS) + event
 
 
 def range_task(days: Column, user: Column, bounds: Sequence[LayoutKey]) -> Column:
@@ -310,14 +313,11 @@ def layout_of(rows: int, rows_per_file: int) -> str:
     return f"{tasks} tasks, Spark's range partitioning"
 
 
-def picked_for_layout(rows: int, rows_per_file: int) -> Column:
-    """Whether a row is in `clustered_by_user`'s sample of `rows` rows: about
-    LAYOUT_SAMPLE_PER_TASK rows per file of `rows_per_file` rows, at most LAYOUT_SAMPLE_ROWS,
-    picked by a hash of `event_id` (the same rows whatever their order or partitioning). `rows`
-    only caps the sample; 0: not known, no cap."""
+def picked_for_layout(rows_per_file: int) -> Column:
+    """Whether a row is in `clustered_by_user`'s sample: about LAYOUT_SAMPLE_PER_TASK rows per
+    file of `rows_per_file` rows, picked by a hash of `event_id` (the same rows whatever their
+    order or partitioning)."""
     share = LAYOUT_SAMPLE_PER_TASK / max(rows_per_file, 1)
-    if rows > 0:
-        share = min(share, LAYOUT_SAMPLE_ROWS / rows)
     below = max(1, round(min(share, 1.0) * SAMPLE_BUCKETS))
     return F.pmod(F.xxhash64("event_id"), F.lit(SAMPLE_BUCKETS)) < F.lit(below)
 
@@ -355,7 +355,7 @@ def clustered_by_user(
         spread = kept.repartitionByRange(tasks, *order)
     else:
         if sample is None:
-            keys = kept.filter(picked_for_layout(rows, rows_per_file)).select(*order)
+            keys = kept.filter(picked_for_layout(rows_per_file)).select(*order)
             sample = [(r[0], r[1], r[2]) for r in keys.collect()]
         bounds = layout_bounds(sample, tasks)
         days, user = F.col("_layout_days"), F.col("_layout_user")

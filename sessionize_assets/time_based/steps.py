@@ -286,8 +286,8 @@ def _mark_and_write(
         marked = persist_compact(spark, marked, level)
         persisted.append(marked)
     # Read by Spark, the marked rows are not cached at full width: the counts read only the
-    # columns the marking uses (the keys, the dedupe order, the filters' columns); the layout's
-    # sample reads their three keys and the write reads them at full width. Encoding ~200,000
+    # columns the marking uses (the keys, the dedupe order, the filters' columns), and gather the
+    # layout's sample too (`_filter_and_write`); the write reads them at full width. Encoding ~200,000
     # rows of 46 columns into the cache cost more than those reads (docs/benchmarks.md,
     # "Session 56").
     try:
@@ -417,7 +417,8 @@ def _filter_and_write(
     """`filtered_events_step` once its rows are marked: count, find the later load days reached
     (in `events_of()`: the raw rows, read only then), write, record the accounting (in
     `result`). `read_days`: the load days of `events` the marking read (for the metadata);
-    `to_mark`: how many rows are marked, when the Delta log says (at most what is kept)."""
+    `to_mark`: how many rows are marked, when the Delta log says (at least as many as are
+    kept)."""
     n = settings.dedupe_lookback_days
     previous = state.accounting
     has_events = [d for d in days if d in fingerprints]
@@ -428,7 +429,7 @@ def _filter_and_write(
     rows_per_file = settings.filtered_events_rows_per_file
     layout = None
     if to_mark is not None and filtering.searched_layout(to_mark, rows_per_file):
-        layout = (user_key(settings), filtering.picked_for_layout(to_mark, rows_per_file))
+        layout = (user_key(settings), filtering.picked_for_layout(rows_per_file))
     outcome_rows = filtering.outcome_counts(marked, layout=layout).collect()
     # Load days whose input changed reach later, already materialized load days.
     changed = [

@@ -564,6 +564,23 @@ def test_layout_bounds_cut_the_sample_into_equal_runs(seed: int) -> None:
     assert layout_bounds([(L, "x")], 4) == [(L, "x")]
 
 
+def test_a_day_pair_orders_as_the_pair_nulls_first() -> None:
+    from sessionize_assets.core.filtering import _ascending, day_pair
+
+    rnd = random.Random(3)
+    days = [
+        None,
+        dt.date(1, 1, 1),
+        dt.date(1969, 12, 31),
+        dt.date(1970, 1, 1),
+        dt.date(9999, 12, 31),
+    ]
+    days += [L + dt.timedelta(days=rnd.randrange(-400, 400)) for _ in range(30)]
+    pairs = [(a, b) for a in days for b in days]
+    assert sorted(pairs, key=lambda p: day_pair(*p)) == sorted(pairs, key=_ascending)
+    assert all(-(2**63) <= day_pair(a, b) < 2**63 for a, b in pairs)
+
+
 def test_range_task_is_task_of_in_spark(spark) -> None:
     """The binary search of comparisons gives each row the task `task_of` gives it, null users,
     null days and ties included, for any number of bounds."""
@@ -576,7 +593,14 @@ def test_range_task_is_task_of_in_spark(spark) -> None:
         task_of,
     )
 
-    rows = layout_rows(7, 400) + [(None, L, "a", "no load day", None), (L, None, None, "no", None)]
+    rows = layout_rows(7, 400) + [
+        (None, L, "a", "no load day", None),
+        (L, None, None, "no event day", None),
+        (None, None, "b", "no days", None),
+        (None, dt.date(1969, 12, 31), None, "no load day, 1969", None),
+        (dt.date(9999, 12, 31), dt.date(1, 1, 1), "c", "extremes", None),
+        (dt.date(1, 1, 1), dt.date(9999, 12, 31), "c", "extremes reversed", None),
+    ]
     frame = spark.createDataFrame(rows, LAYOUT_SCHEMA).withColumn(
         "days", day_pair_column(F.col("load_date"), F.col("event_date"))
     )
@@ -630,7 +654,7 @@ def test_clustered_by_user_lays_out_contiguous_ranges_that_depend_only_on_the_ro
         assert task == sorted(task)  # sorted within: user, then time
     filled = [task for task in keys if task]
     for before, after in zip(filled, filled[1:], strict=False):
-        assert before[-1][:3] <= after[0][:3]  # contiguous ranges, ascending
+        assert before[-1][:3] < after[0][:3]  # contiguous ranges, ascending, no key split
     # A sample's bounds: about rows_per_file rows each (the 70 users tie within a day pair).
     assert len(filled) >= tasks * 3 // 4 if searched else len(filled) >= 60
     assert max(map(len, first)) <= 2 * max(rows_per_file, 4000 // 70)
@@ -667,7 +691,7 @@ def test_the_counts_query_gathers_the_layouts_sample_from_the_kept_rows_narrow(
     rows = spark.read.parquet(path)
     marked = mark_rows(rows, None, 3, app_ids=["web"])
     user = F.col("domain_userid")
-    counts = outcome_counts(marked, layout=(user, picked_for_layout(0, 250)))
+    counts = outcome_counts(marked, layout=(user, picked_for_layout(250)))
     got = counts.collect()
     totals: dict[str, int] = {}
     for r in got:  # split by the picked rows' keys: summed per outcome
@@ -676,7 +700,7 @@ def test_the_counts_query_gathers_the_layouts_sample_from_the_kept_rows_narrow(
     assert len(got) > 3
     sample = layout_sample(got)
     kept = kept_rows(marked)
-    own = kept.filter(picked_for_layout(0, 250)).select("load_date", "event_date", user)
+    own = kept.filter(picked_for_layout(250)).select("load_date", "event_date", user)
     assert sorted(sample) == sorted(tuple(r) for r in own.collect())
     assert 3000 * 100 / 250 * 0.8 < len(sample) < 3000 * 100 / 250 * 1.2  # about 100 a file
     scans = [

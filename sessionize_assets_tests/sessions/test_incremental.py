@@ -314,7 +314,7 @@ def test_a_span_of_few_users_opens_only_the_files_of_their_user_range(spark, tmp
     assert files_read(named) == 1
     assert len(everyone.collect()) == 40 * 4
     files = int(spark.sql(f"DESCRIBE DETAIL delta.`{path}`").collect()[0]["numFiles"])
-    assert files >= 3  # range partitioning's sampled bounds: about 4
+    assert files >= 3  # a sample's bounds: about 4
     assert files_read(everyone) == files
 
 
