@@ -501,14 +501,8 @@ def test_counting_marked_rows_reads_only_the_columns_the_marking_uses(spark, tmp
     assert "page_url" in scanned_columns(written)
 
 
-LAYOUT_SCHEMA = T.StructType(
-    [
-        T.StructField("load_date", T.DateType()),
-        T.StructField("event_date", T.DateType()),
-        T.StructField("user", T.StringType()),
-        T.StructField("event_id", T.StringType()),
-        T.StructField("derived_tstamp", T.TimestampType()),
-    ]
+LAYOUT_SCHEMA = (
+    "load_date date, event_date date, user string, event_id string, derived_tstamp timestamp"
 )
 
 
