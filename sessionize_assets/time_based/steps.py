@@ -286,10 +286,10 @@ def _mark_and_write(
         marked = persist_compact(spark, marked, level)
         persisted.append(marked)
     # Read by Spark, the marked rows are not cached at full width: the counts read only the
-    # columns the marking uses (the keys, the dedupe order, the filters' columns), and gather the
-    # layout's sample too (`_filter_and_write`); the write reads them at full width. Encoding ~200,000
-    # rows of 46 columns into the cache cost more than those reads (docs/benchmarks.md,
-    # "Session 56").
+    # columns the marking uses (the keys, the dedupe order, the filters' columns), and gather
+    # the layout's sample too (`_filter_and_write`); the write reads them at full width.
+    # Encoding ~200,000 rows of 46 columns into the cache cost more than those reads
+    # (docs/benchmarks.md, "Session 56").
     try:
         return _filter_and_write(
             spark,
