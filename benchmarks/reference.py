@@ -171,6 +171,180 @@ def _raw_union(con: duckdb.DuckDBPyConnection, files: Sequence[Path]) -> str:
     return " UNION ALL BY NAME ".join(select)
 
 
+def daily_aggregates_query(source: str) -> str:
+    """daily_aggregates per (user = `domain_userid`, event day) of the filtered rows `source`."""
+    return f"""SELECT domain_userid AS user_identifier, event_date,
+               count(*) AS total_events,
+               count(*) FILTER (WHERE event_name = 'page_view') AS page_views,
+               min(derived_tstamp) AS first_event_tstamp,
+               max(derived_tstamp) AS last_event_tstamp
+        FROM {source} GROUP BY ALL"""
+
+
+def session_events_query(source: str, rules: ReferenceRules) -> str:
+    """Each usable filtered row of `source` with its gap-mode session (event -> session)."""
+    gap_us = int(rules.session_gap_minutes) * 60_000_000
+    max_us = int(rules.max_session_days) * 86_400_000_000
+    late_us = int(rules.days_late_allowed) * 86_400_000_000
+    return f"""WITH usable AS (
+          SELECT nullif(domain_userid, '') AS user_key, event_id, event_name, page_url,
+                 derived_tstamp, load_date, dvce_created_tstamp,
+                 coalesce(collector_tstamp, load_tstamp) AS session_ts
+          FROM {source}
+          WHERE nullif(domain_userid, '') IS NOT NULL
+            AND coalesce(collector_tstamp, load_tstamp) >= TIMESTAMP '{rules.start_date.isoformat()}'
+            AND NOT coalesce(epoch_us(dvce_sent_tstamp) - epoch_us(dvce_created_tstamp) > {late_us}, false)),
+        deduped AS (
+          SELECT * FROM (
+            SELECT *, row_number() OVER (
+                     PARTITION BY user_key, event_id, derived_tstamp
+                     ORDER BY session_ts, dvce_created_tstamp, event_name, page_url) AS _copy
+            FROM usable) WHERE _copy = 1),
+        gaps AS (
+          SELECT *, epoch_us(derived_tstamp) AS us,
+                 epoch_us(derived_tstamp) - lag(epoch_us(derived_tstamp)) OVER (
+                   PARTITION BY user_key ORDER BY derived_tstamp, event_id) AS gap
+          FROM deduped),
+        chains AS (
+          SELECT *, sum(CASE WHEN gap IS NULL OR gap > {gap_us} THEN 1 ELSE 0 END) OVER (
+                   PARTITION BY user_key ORDER BY derived_tstamp, event_id
+                   ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS chain
+          FROM gaps),
+        spans AS (
+          SELECT *, (max(us) OVER (PARTITION BY user_key, chain)
+                     - min(us) OVER (PARTITION BY user_key, chain)) > {max_us} AS is_long
+          FROM chains),
+        pieces AS (
+          SELECT *, CASE WHEN is_long THEN (us - (us % {max_us})) // {max_us} END AS piece
+          FROM spans)
+        SELECT user_key, chain, piece, is_long, event_id, event_name, page_url,
+               derived_tstamp, load_date,
+               sha256(user_key || '|' || first(event_id ORDER BY derived_tstamp, event_id)
+                      OVER (PARTITION BY user_key, chain, piece)) AS session_identifier
+        FROM pieces"""
+
+
+def sessions_query(source: str) -> str:
+    """One row per session of the session events `source` (gap mode)."""
+    return f"""WITH s AS (
+          SELECT session_identifier, any_value(user_key) AS user_identifier,
+                 min(derived_tstamp) AS start_tstamp, max(derived_tstamp) AS end_tstamp,
+                 count(*) AS total_events,
+                 count(*) FILTER (WHERE event_name = 'page_view') AS page_views,
+                 first(page_url ORDER BY derived_tstamp, event_id)
+                   FILTER (WHERE page_url IS NOT NULL) AS first_page_url,
+                 first(page_url ORDER BY derived_tstamp DESC, event_id DESC)
+                   FILTER (WHERE page_url IS NOT NULL) AS last_page_url,
+                 bool_or(is_long) AS is_quarantined
+          FROM {source} GROUP BY session_identifier)
+        SELECT session_identifier, user_identifier, start_tstamp, end_tstamp, total_events,
+               page_views,
+               (epoch_us(end_tstamp) - epoch_us(start_tstamp)) / 1e6 AS duration_s,
+               first_page_url, last_page_url,
+               row_number() OVER (PARTITION BY user_identifier
+                                  ORDER BY start_tstamp, session_identifier) AS session_number,
+               is_quarantined
+        FROM s"""
+
+
+def users_query(source: str) -> str:
+    """One row per user of the sessions `source`."""
+    return f"""SELECT user_identifier, min(start_tstamp) AS first_session_start_tstamp,
+               max(end_tstamp) AS last_session_end_tstamp, count(*) AS sessions,
+               sum(total_events) AS total_events, sum(page_views) AS page_views
+        FROM {source} GROUP BY user_identifier"""
+
+
+# The order that decides which copy of an id within a load day is kept: Spark's
+# (`core.filtering.DEDUPE_ORDER`, nulls last), so that both keep the same rows.
+REBUILD_DEDUPE_ORDER = ("load_tstamp", "collector_tstamp", "dvce_created_tstamp", "_row_hash")
+
+
+def rebuild_from_events(
+    con: duckdb.DuckDBPyConnection,
+    event_files: Sequence[str],
+    rules: ReferenceRules,
+    out_dir: Path,
+) -> dict[str, int]:
+    """DuckDB's trash and rebuild, the same work as `benchmarks.rebuild`'s: from the Parquet
+    files of `events` (the table's active files, `load_date` from their folders), the kept rows
+    at full width (every column, with `event_date`) written as Parquet partitioned by event day;
+    then the daily aggregates, the sessions (from the written rows) and the users (from the
+    written sessions), each written as Parquet into `out_dir`. The copies of an id are decided
+    on its keys (each copy's file index and row number, DuckDB's virtual columns), as Spark's marking does, and the rows
+    kept are read again for the write. Left out, where Spark does more: `attributes` (the
+    reference has no rules for it) and `daily_aggregates`' `event_counts`. Returns the row
+    counts under the reference's table names (`ref_filtered`, ...)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _run(con, "SET TimeZone = 'UTC'")
+    # Not a view: DuckDB's virtual columns (file_index, file_row_number) do not pass through one.
+    events = f"read_parquet({_sql_list([Path(f) for f in event_files])}, hive_partitioning = true)"
+    order = ", ".join(f"{c} NULLS LAST" for c in REBUILD_DEDUPE_ORDER)
+    lookback = int(rules.dedupe_lookback_days)
+    _run(
+        con,
+        f"""CREATE OR REPLACE TEMP TABLE rb_kept AS
+        WITH keys AS (
+          SELECT file_index, file_row_number, load_date, event_id, derived_tstamp,
+                 {", ".join(REBUILD_DEDUPE_ORDER)}
+          FROM {events}),
+        ranked AS (
+          SELECT *, row_number() OVER (PARTITION BY load_date, event_id ORDER BY {order}) AS _copy
+          FROM keys),
+        seen AS (SELECT DISTINCT load_date AS seen_day, event_id FROM keys)
+        SELECT file_index, file_row_number FROM ranked r
+        WHERE r._copy = 1
+          AND CAST(r.derived_tstamp AS DATE) >= DATE '{rules.start_date.isoformat()}'
+          AND NOT EXISTS (
+            SELECT 1 FROM seen s
+            WHERE s.event_id = r.event_id
+              AND s.seen_day < r.load_date
+              AND s.seen_day >= r.load_date - {lookback})""",
+    )
+    filtered = out_dir / "filtered_events"
+    _run(
+        con,
+        f"""COPY (
+          SELECT e.*, CAST(e.derived_tstamp AS DATE) AS event_date
+          FROM {events} e SEMI JOIN rb_kept k
+            ON e.file_index = k.file_index AND e.file_row_number = k.file_row_number)
+        TO '{filtered}' (FORMAT parquet, PARTITION_BY (event_date), OVERWRITE_OR_IGNORE)""",
+    )
+    _run(
+        con,
+        f"""CREATE OR REPLACE TEMP VIEW rb_filtered AS SELECT * FROM read_parquet(
+        '{filtered}/**/*.parquet', hive_partitioning = true)""",
+    )
+    outputs = {
+        "ref_filtered": filtered,
+        "ref_daily_aggregates": out_dir / "daily_aggregates",
+        "ref_sessions": out_dir / "sessions.parquet",
+        "ref_users": out_dir / "users.parquet",
+    }
+    _run(
+        con,
+        f"""COPY ({daily_aggregates_query("rb_filtered")}) TO '{outputs["ref_daily_aggregates"]}'
+        (FORMAT parquet, PARTITION_BY (event_date), OVERWRITE_OR_IGNORE)""",
+    )
+    _run(
+        con,
+        "CREATE OR REPLACE TEMP TABLE rb_session_events AS "
+        + session_events_query("rb_filtered", rules),
+    )
+    _run(
+        con,
+        f"COPY ({sessions_query('rb_session_events')}) TO '{outputs['ref_sessions']}' "
+        "(FORMAT parquet)",
+    )
+    sessions = f"read_parquet('{outputs['ref_sessions']}')"
+    _run(con, f"COPY ({users_query(sessions)}) TO '{outputs['ref_users']}' (FORMAT parquet)")
+    counts = {}
+    for name, path in outputs.items():
+        pattern = f"{path}/**/*.parquet" if path.is_dir() else str(path)
+        counts[name] = _run(con, f"SELECT count(*) FROM read_parquet('{pattern}')")[0][0]
+    return counts
+
+
 def build_reference(
     con: duckdb.DuckDBPyConnection, files: Sequence[Path], rules: ReferenceRules
 ) -> dict[str, int]:
@@ -234,88 +408,15 @@ def build_reference(
     )
     _run(
         con,
-        """CREATE OR REPLACE TABLE ref_daily_aggregates AS
-        SELECT domain_userid AS user_identifier, event_date,
-               count(*) AS total_events,
-               count(*) FILTER (WHERE event_name = 'page_view') AS page_views,
-               min(derived_tstamp) AS first_event_tstamp,
-               max(derived_tstamp) AS last_event_tstamp
-        FROM ref_filtered GROUP BY ALL""",
-    )
-    gap_us = int(rules.session_gap_minutes) * 60_000_000
-    max_us = int(rules.max_session_days) * 86_400_000_000
-    late_us = int(rules.days_late_allowed) * 86_400_000_000
-    _run(
-        con,
-        f"""CREATE OR REPLACE TABLE ref_session_events AS
-        WITH usable AS (
-          SELECT nullif(domain_userid, '') AS user_key, event_id, event_name, page_url,
-                 derived_tstamp, load_date, dvce_created_tstamp,
-                 coalesce(collector_tstamp, load_tstamp) AS session_ts
-          FROM ref_filtered
-          WHERE nullif(domain_userid, '') IS NOT NULL
-            AND coalesce(collector_tstamp, load_tstamp) >= TIMESTAMP '{rules.start_date.isoformat()}'
-            AND NOT coalesce(epoch_us(dvce_sent_tstamp) - epoch_us(dvce_created_tstamp) > {late_us}, false)),
-        deduped AS (
-          SELECT * FROM (
-            SELECT *, row_number() OVER (
-                     PARTITION BY user_key, event_id, derived_tstamp
-                     ORDER BY session_ts, dvce_created_tstamp, event_name, page_url) AS _copy
-            FROM usable) WHERE _copy = 1),
-        gaps AS (
-          SELECT *, epoch_us(derived_tstamp) AS us,
-                 epoch_us(derived_tstamp) - lag(epoch_us(derived_tstamp)) OVER (
-                   PARTITION BY user_key ORDER BY derived_tstamp, event_id) AS gap
-          FROM deduped),
-        chains AS (
-          SELECT *, sum(CASE WHEN gap IS NULL OR gap > {gap_us} THEN 1 ELSE 0 END) OVER (
-                   PARTITION BY user_key ORDER BY derived_tstamp, event_id
-                   ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS chain
-          FROM gaps),
-        spans AS (
-          SELECT *, (max(us) OVER (PARTITION BY user_key, chain)
-                     - min(us) OVER (PARTITION BY user_key, chain)) > {max_us} AS is_long
-          FROM chains),
-        pieces AS (
-          SELECT *, CASE WHEN is_long THEN (us - (us % {max_us})) // {max_us} END AS piece
-          FROM spans)
-        SELECT user_key, chain, piece, is_long, event_id, event_name, page_url,
-               derived_tstamp, load_date,
-               sha256(user_key || '|' || first(event_id ORDER BY derived_tstamp, event_id)
-                      OVER (PARTITION BY user_key, chain, piece)) AS session_identifier
-        FROM pieces""",
+        f"CREATE OR REPLACE TABLE ref_daily_aggregates AS {daily_aggregates_query('ref_filtered')}",
     )
     _run(
         con,
-        """CREATE OR REPLACE TABLE ref_sessions AS
-        WITH s AS (
-          SELECT session_identifier, any_value(user_key) AS user_identifier,
-                 min(derived_tstamp) AS start_tstamp, max(derived_tstamp) AS end_tstamp,
-                 count(*) AS total_events,
-                 count(*) FILTER (WHERE event_name = 'page_view') AS page_views,
-                 first(page_url ORDER BY derived_tstamp, event_id)
-                   FILTER (WHERE page_url IS NOT NULL) AS first_page_url,
-                 first(page_url ORDER BY derived_tstamp DESC, event_id DESC)
-                   FILTER (WHERE page_url IS NOT NULL) AS last_page_url,
-                 bool_or(is_long) AS is_quarantined
-          FROM ref_session_events GROUP BY session_identifier)
-        SELECT session_identifier, user_identifier, start_tstamp, end_tstamp, total_events,
-               page_views,
-               (epoch_us(end_tstamp) - epoch_us(start_tstamp)) / 1e6 AS duration_s,
-               first_page_url, last_page_url,
-               row_number() OVER (PARTITION BY user_identifier
-                                  ORDER BY start_tstamp, session_identifier) AS session_number,
-               is_quarantined
-        FROM s""",
+        "CREATE OR REPLACE TABLE ref_session_events AS "
+        + session_events_query("ref_filtered", rules),
     )
-    _run(
-        con,
-        """CREATE OR REPLACE TABLE ref_users AS
-        SELECT user_identifier, min(start_tstamp) AS first_session_start_tstamp,
-               max(end_tstamp) AS last_session_end_tstamp, count(*) AS sessions,
-               sum(total_events) AS total_events, sum(page_views) AS page_views
-        FROM ref_sessions GROUP BY user_identifier""",
-    )
+    _run(con, f"CREATE OR REPLACE TABLE ref_sessions AS {sessions_query('ref_session_events')}")
+    _run(con, f"CREATE OR REPLACE TABLE ref_users AS {users_query('ref_sessions')}")
     return {
         name: con.execute(f"SELECT count(*) FROM {name}").fetchall()[0][0]
         for name in (
