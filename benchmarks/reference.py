@@ -271,10 +271,11 @@ def rebuild_from_events(
     at full width (every column, with `event_date`) written as Parquet partitioned by event day;
     then the daily aggregates, the sessions (from the written rows) and the users (from the
     written sessions), each written as Parquet into `out_dir`. The copies of an id are decided
-    on its keys (each copy's file index and row number, DuckDB's virtual columns), as Spark's marking does, and the rows
-    kept are read again for the write. Left out, where Spark does more: `attributes` (the
-    reference has no rules for it) and `daily_aggregates`' `event_counts`. Returns the row
-    counts under the reference's table names (`ref_filtered`, ...)."""
+    on its keys (each copy's file index and row number, DuckDB's virtual columns), as Spark's
+    marking does, and the rows kept are read again for the write. Left out, where Spark does
+    more: `attributes` (the reference has no rules for it) and `daily_aggregates`'
+    `event_counts`. Returns the row counts under the reference's table names (`ref_filtered`,
+    ...)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     _run(con, "SET TimeZone = 'UTC'")
     # Not a view: DuckDB's virtual columns (file_index, file_row_number) do not pass through one.

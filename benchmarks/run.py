@@ -116,11 +116,12 @@ def throughput_vs_duckdb(history: Mapping[str, Any]) -> float | None:
 def throughput_vs_duckdb_rebuild(history: Mapping[str, Any]) -> float | None:
     """The trash-and-rebuild's throughput over DuckDB's doing the same work (`duckdb_rebuild`:
     from the same `events`, every table written): over the same raw rows, DuckDB's seconds over
-    the rebuild step's. None without a trash-and-rebuild run or DuckDB's rebuild."""
+    the rebuild step's. None without a trash-and-rebuild run or DuckDB's rebuild, or when their
+    row counts differ."""
     rebuild = history.get("trash_and_rebuild")
     duck = history.get("duckdb_rebuild_after_incremental") or {}
-    if rebuild is None or not rebuild.get("ok"):
-        return None
+    if rebuild is None or not rebuild.get("ok") or duck.get("count_mismatches"):
+        return None  # no rebuild, or one of the two wrote other row counts: not the same work
     return ratio(duck.get("wall_s"), rebuild_step_s(rebuild))
 
 
@@ -361,6 +362,7 @@ def evaluate_targets(histories: Sequence[Mapping[str, Any]], headline: int) -> d
 
 def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     """Generate, measure every history length, check, evaluate the targets: the result JSON."""
+    from benchmarks.throughput import count_mismatches, rows_written
     from sessionize_assets.generator import generate
     from sessionize_assets.settings import from_mapping
 
@@ -522,6 +524,9 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         # DuckDB doing the rebuild's own work, from the rebuild home's `events` (the reference
         # above parses the landing files but keeps ~10 columns and writes nothing).
         duck_rebuild = duckdb_rebuild(events_files(rebuild_home), rules, work / "duckdb-rebuild")
+        duck_rebuild["count_mismatches"] = count_mismatches(
+            rows_written(rebuild), duck_rebuild["counts"]
+        )
         minimal = reference.minimal_rows(
             con, start + dt.timedelta(days=days), rules.dedupe_lookback_days
         )

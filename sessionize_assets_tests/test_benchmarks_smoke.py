@@ -302,10 +302,14 @@ def test_targets_take_the_trash_and_rebuild_run_as_the_full_rebuild_when_there_i
     assert "baseline" not in targets["noop_wall_s"]
     # Like for like: DuckDB took 20 s for the rebuild's own work, the step 50 s.
     assert targets["full_throughput_vs_duckdb_rebuild"]["value"] is None  # not measured
-    histories[1]["duckdb_rebuild_after_incremental"] = {"wall_s": 20.0}
+    histories[1]["duckdb_rebuild_after_incremental"] = {"wall_s": 20.0, "count_mismatches": {}}
     targets = evaluate_targets(histories, headline=20)
     assert targets["full_throughput_vs_duckdb_rebuild"]["value"] == pytest.approx(0.4)
     assert targets["full_throughput_vs_duckdb_rebuild"]["met"] is True
+    # Other row counts than the rebuild's: not the same work, no figure.
+    histories[1]["duckdb_rebuild_after_incremental"]["count_mismatches"] = {"users": (3, 2)}
+    targets = evaluate_targets(histories, headline=20)
+    assert targets["full_throughput_vs_duckdb_rebuild"]["value"] is None
 
 
 def test_growth_no_op_and_memory_are_judged_by_issue_15s_targets() -> None:
@@ -532,7 +536,7 @@ def _event(event_id: str, user: str, when: str, load: str, **extra: str) -> dict
         "domain_userid": user,
         "page_url": f"https://x/{event_id}",
         "page_title": extra.get("page_title", event_id),
-        "collector_tstamp": stamp,
+        "collector_tstamp": None if extra.get("no_collector") else stamp,
         "dvce_created_tstamp": stamp,
         "dvce_sent_tstamp": stamp,
         "derived_tstamp": stamp,
@@ -571,6 +575,15 @@ def test_duckdbs_like_for_like_rebuild_keeps_spark_rebuilds_rows_at_full_width(
             row_hash="h1",
             page_title="kept g",
         ),
+        # Copies equal on load time, one without a collector time: it ranks last (nulls last).
+        _event("n", "u3", "2024-01-01 15:00:00", "2024-01-01 15:00:05", no_collector="1"),
+        _event("n", "u3", "2024-01-01 15:00:00", "2024-01-01 15:00:05", page_title="kept n"),
+        # Loaded again 3 load days later (within dedupe_lookback_days = 3: dropped) and 4 days
+        # later (beyond it: kept again).
+        _event("k", "u3", "2024-01-01 16:00:00", "2024-01-01 16:00:05"),
+        _event("k", "u3", "2024-01-01 16:00:00", "2024-01-04 10:00:00", page_title="k again"),
+        _event("m", "u3", "2024-01-01 17:00:00", "2024-01-01 17:00:05"),
+        _event("m", "u3", "2024-01-01 17:00:00", "2024-01-05 10:00:00", page_title="m again"),
     ]
     path = tmp_path / "events"
     write_deltalake(str(path), pa.Table.from_pylist(rows), partition_by=["load_date"])
@@ -579,10 +592,12 @@ def test_duckdbs_like_for_like_rebuild_keeps_spark_rebuilds_rows_at_full_width(
     con = duckdb.connect()
     counts = reference.rebuild_from_events(con, DeltaTable(str(path)).file_uris(), rules, out)
     assert counts == {
-        "ref_filtered": 5,  # a, b, c, f, g
-        "ref_daily_aggregates": 2,  # (u1, Jan 1), (u2, Jan 2)
-        "ref_sessions": 2,  # u1's four events in one (gaps of 20, 30, 30 minutes), u2's
-        "ref_users": 2,
+        "ref_filtered": 9,  # a, b, c, f, g, n, k, m and m again
+        "ref_daily_aggregates": 3,  # (u1, Jan 1), (u2, Jan 2), (u3, Jan 1)
+        # u1's four events in one (gaps of 20, 30, 30 minutes), u2's, u3's three an hour apart
+        # (m's second copy is the same event of the same session).
+        "ref_sessions": 5,
+        "ref_users": 3,
     }
     written = con.sql(
         f"SELECT * FROM read_parquet('{out}/filtered_events/**/*.parquet', hive_partitioning = true)"
@@ -601,10 +616,11 @@ def test_duckdbs_like_for_like_rebuild_keeps_spark_rebuilds_rows_at_full_width(
     sparks = kept_filtered_events(spark, str(path), settings).collect()
     assert kept == sorted((r["event_id"], r["_row_hash"], r["page_title"]) for r in sparks)
     assert ("b", "h-b-2024-01-01 10:20:05", "b") in kept and ("g", "h1", "kept g") in kept
+    assert [t for i, _, t in kept if i in ("n", "k", "m")] == ["k", "m", "m again", "kept n"]
     sessions = duckdb.sql(
         f"SELECT user_identifier, total_events, page_views FROM '{out}/sessions.parquet' ORDER BY 1"
     ).fetchall()
-    assert sessions == [("u1", 4, 3), ("u2", 1, 1)]
+    assert sessions == [("u1", 4, 3), ("u2", 1, 1), *[("u3", 1, 1)] * 3]
 
 
 # --- end to end ----------------------------------------------------------------------------------
@@ -726,6 +742,7 @@ def test_benchmark_end_to_end(tmp_path: Path) -> None:
         history["duckdb_rebuild_after_incremental"]["counts"]["ref_filtered"]
         == (history["duckdb_after_incremental"]["counts"]["ref_filtered"])
     )
+    assert history["duckdb_rebuild_after_incremental"]["count_mismatches"] == {}
     assert result["targets"]["full_throughput_vs_duckdb_rebuild"]["value"] > 0
     # DuckDB and Spark agree, table by table (after the catch-up, the incremental run and the
     # trash-and-rebuild run).
