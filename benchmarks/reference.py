@@ -171,6 +171,19 @@ def _raw_union(con: duckdb.DuckDBPyConnection, files: Sequence[Path]) -> str:
     return " UNION ALL BY NAME ".join(select)
 
 
+def _kept(rules: ReferenceRules) -> str:
+    """filtered_events' rule on a ranked row `r` (its `_copy` within its load day), with `seen`
+    the (load day, id) pairs of every row: the first copy, on or after start_date, its id not
+    loaded in the dedupe_lookback_days load days before its own."""
+    return f"""r._copy = 1
+          AND CAST(r.derived_tstamp AS DATE) >= DATE '{rules.start_date.isoformat()}'
+          AND NOT EXISTS (
+            SELECT 1 FROM seen s
+            WHERE s.event_id = r.event_id
+              AND s.seen_day < r.load_date
+              AND s.seen_day >= r.load_date - {int(rules.dedupe_lookback_days)})"""
+
+
 def daily_aggregates_query(source: str) -> str:
     """daily_aggregates per (user = `domain_userid`, event day) of the filtered rows `source`."""
     return f"""SELECT domain_userid AS user_identifier, event_date,
@@ -281,7 +294,6 @@ def rebuild_from_events(
     # Not a view: DuckDB's virtual columns (file_index, file_row_number) do not pass through one.
     events = f"read_parquet({_sql_list([Path(f) for f in event_files])}, hive_partitioning = true)"
     order = ", ".join(f"{c} NULLS LAST" for c in REBUILD_DEDUPE_ORDER)
-    lookback = int(rules.dedupe_lookback_days)
     _run(
         con,
         f"""CREATE OR REPLACE TEMP TABLE rb_kept AS
@@ -294,13 +306,7 @@ def rebuild_from_events(
           FROM keys),
         seen AS (SELECT DISTINCT load_date AS seen_day, event_id FROM keys)
         SELECT file_index, file_row_number FROM ranked r
-        WHERE r._copy = 1
-          AND CAST(r.derived_tstamp AS DATE) >= DATE '{rules.start_date.isoformat()}'
-          AND NOT EXISTS (
-            SELECT 1 FROM seen s
-            WHERE s.event_id = r.event_id
-              AND s.seen_day < r.load_date
-              AND s.seen_day >= r.load_date - {lookback})""",
+        WHERE {_kept(rules)}""",
     )
     filtered = out_dir / "filtered_events"
     _run(
@@ -385,7 +391,6 @@ def build_reference(
           AND load_tstamp IS NOT NULL
           AND derived_tstamp <= load_tstamp + INTERVAL {skew} MINUTE""",
     )
-    lookback = int(rules.dedupe_lookback_days)
     _run(
         con,
         f"""CREATE OR REPLACE TABLE ref_filtered AS
@@ -399,13 +404,7 @@ def build_reference(
         seen AS (SELECT DISTINCT load_date AS seen_day, event_id FROM ref_events)
         SELECT r.* EXCLUDE (_copy), CAST(r.derived_tstamp AS DATE) AS event_date
         FROM ranked r
-        WHERE r._copy = 1
-          AND CAST(r.derived_tstamp AS DATE) >= DATE '{rules.start_date.isoformat()}'
-          AND NOT EXISTS (
-            SELECT 1 FROM seen s
-            WHERE s.event_id = r.event_id
-              AND s.seen_day < r.load_date
-              AND s.seen_day >= r.load_date - {lookback})""",
+        WHERE {_kept(rules)}""",
     )
     _run(
         con,
