@@ -303,13 +303,15 @@ def _layout_tasks(rows: int, rows_per_file: int) -> int:
     return max(1, -(-max(rows, 0) // max(rows_per_file, 1)))
 
 
-def layout_of(rows: int, rows_per_file: int) -> str:
-    """How `clustered_by_user` lays `rows` rows out, in words (for the step's metadata)."""
+def layout_of(rows: int, rows_per_file: int, sample_given: bool = False) -> str:
+    """How `clustered_by_user` lays `rows` rows out, in words (for the step's metadata);
+    `sample_given`: the caller passes it the sample (gathered by the counts' query)."""
     tasks = _layout_tasks(rows, rows_per_file)
     if tasks == 1:
         return "1 task"
     if searched_layout(rows, rows_per_file):
-        return f"{tasks} tasks, a sample's bounds searched"
+        gathered = " (sample gathered by the counts)" if sample_given else ""
+        return f"{tasks} tasks, a sample's bounds searched{gathered}"
     return f"{tasks} tasks, Spark's range partitioning"
 
 

@@ -465,8 +465,8 @@ def _filter_and_write(
         rows_per_file,
         sample=filtering.layout_sample(outcome_rows) if layout is not None else None,
     )
-    result.metadata["filtered_events layout"] = filtering.layout_of(kept_n, rows_per_file) + (
-        " (sample gathered by the counts)" if layout is not None and kept_n > rows_per_file else ""
+    result.metadata["filtered_events layout"] = filtering.layout_of(
+        kept_n, rows_per_file, sample_given=layout is not None
     )
     # --- the processing-manifest lock wraps from here (see `guarded`)
     if _replaced_by_driver(tables.filtered_events, kept, kept_n, days, rows_per_file):

@@ -558,6 +558,20 @@ def test_layout_bounds_cut_the_sample_into_equal_runs(seed: int) -> None:
     assert layout_bounds([(L, "x")], 4) == [(L, "x")]
 
 
+def test_the_layouts_words_name_its_tasks_and_how_they_are_cut() -> None:
+    from sessionize_assets.core.filtering import LAYOUT_SEARCH_BOUNDS, layout_of
+
+    assert layout_of(0, 100) == layout_of(100, 100, sample_given=True) == "1 task"
+    assert layout_of(101, 100) == "2 tasks, a sample's bounds searched"
+    searched = (LAYOUT_SEARCH_BOUNDS + 1) * 100
+    assert layout_of(searched, 100, sample_given=True) == (
+        f"{LAYOUT_SEARCH_BOUNDS + 1} tasks, a sample's bounds searched (sample gathered by the counts)"
+    )
+    assert layout_of(searched + 1, 100, sample_given=True) == (
+        f"{LAYOUT_SEARCH_BOUNDS + 2} tasks, Spark's range partitioning"
+    )
+
+
 def test_a_day_pair_orders_as_the_pair_nulls_first() -> None:
     from sessionize_assets.core.filtering import _ascending, day_pair
 
