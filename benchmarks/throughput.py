@@ -177,19 +177,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     con, duck_warmup = headline.duckdb_reference(files, rules, None)
     event_files = headline.events_files(home)
-    duck_rebuild_warmup = headline.duckdb_rebuild(event_files, rules, work / "duckdb-rebuild")
+    duck_dir = work / "duckdb-rebuild"
+    duck_rebuild_warmup = headline.duckdb_rebuild(event_files, rules, duck_dir)
     rounds: list[dict[str, Any]] = []
+
+    def duckdb_round(old: Any) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+        """The reference on a new connection (kept for the final check; `old` is closed), then
+        DuckDB's rebuild."""
+        old.close()
+        fresh, reference_run = headline.duckdb_reference(files, rules, None)
+        return fresh, reference_run, headline.duckdb_rebuild(event_files, rules, duck_dir)
+
     for i in range(args.rounds):
         first = rebuild_first(i)
         if not first:
-            con.close()
-            con, duck = headline.duckdb_reference(files, rules, None)
-            like = headline.duckdb_rebuild(event_files, rules, work / "duckdb-rebuild")
+            con, duck, like = duckdb_round(con)
         measured = rebuild(f"r{i}")
         if first:
-            con.close()
-            con, duck = headline.duckdb_reference(files, rules, None)
-            like = headline.duckdb_rebuild(event_files, rules, work / "duckdb-rebuild")
+            con, duck, like = duckdb_round(con)
         rebuild_s = headline.rebuild_step_s(measured) if measured.get("ok") else None
         ok = bool(measured.get("ok"))
         written = rows_written(measured)
